@@ -1,0 +1,6 @@
+"""Per-head windowed causal attention: one signature, several backends, one float64 oracle."""
+
+from aah.attention.api import executed_elements, windowed_attention
+from aah.attention.cost import Coverage, coverage
+
+__all__ = ["Coverage", "coverage", "executed_elements", "windowed_attention"]

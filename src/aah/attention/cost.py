@@ -1,0 +1,74 @@
+"""Cost diagnostics, kept apart on purpose (METHOD.md section 3).
+
+- ACR: mean over heads (and layers) of min(w, T) / T, the paper's routing diagnostic.
+- causal coverage: allowed (query, key) pairs over the full causal count; the ideal cost ratio.
+- executed ratio: score elements a backend really computes over the full causal count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+def causal_pairs(seq_len: int) -> int:
+    """Score elements of a full causal kernel for one head: T (T + 1) / 2."""
+    return seq_len * (seq_len + 1) // 2
+
+
+def window_pairs(window: int, seq_len: int) -> int:
+    """Allowed (query, key) pairs of one head: sum over i of min(i + 1, w)."""
+    w = min(window, seq_len)
+    # Queries 0..w-1 see i + 1 keys; the remaining T - w queries see w keys each.
+    return w * (w + 1) // 2 + (seq_len - w) * w
+
+
+def flatten_windows(windows: object) -> list[int]:
+    """Accept one int per head, a 1-D tensor, or a per-layer plan [layer][head]."""
+    if isinstance(windows, torch.Tensor):
+        return [int(w) for w in windows.reshape(-1).tolist()]
+    if isinstance(windows, int):
+        return [windows]
+    flat: list[int] = []
+    for item in windows:  # type: ignore[union-attr]
+        if isinstance(item, Iterable) and not isinstance(item, (str, bytes)):
+            flat.extend(flatten_windows(item))
+        else:
+            flat.append(int(item))  # type: ignore[call-overload]
+    return flat
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Selected cost of a window plan: `acr` (paper) and `causal` (causal coverage)."""
+
+    acr: float
+    causal: float
+    heads: int
+    seq_len: int
+
+
+def coverage(windows: object, seq_len: int) -> Coverage:
+    """ACR and causal coverage of per-head windows (flat, tensor, or [layer][head])."""
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    flat = flatten_windows(windows)
+    if not flat:
+        raise ValueError("windows is empty: give at least one head's window")
+    bad = [w for w in flat if w < 1]
+    if bad:
+        raise ValueError(f"every window must be >= 1, got {bad[0]}")
+    acr = sum(min(w, seq_len) / seq_len for w in flat) / len(flat)
+    causal = sum(window_pairs(w, seq_len) for w in flat) / (len(flat) * causal_pairs(seq_len))
+    return Coverage(acr=acr, causal=causal, heads=len(flat), seq_len=seq_len)
+
+
+def executed_ratio(executed_elements: int, n_heads: int, seq_len: int) -> float:
+    """Executed score elements over what a full causal kernel computes for the same heads."""
+    return executed_elements / (n_heads * causal_pairs(seq_len))
+
+
+def ratio_of(windows: Sequence[int], seq_len: int, executed_elements: int) -> float:
+    return executed_ratio(executed_elements, len(windows), seq_len)
