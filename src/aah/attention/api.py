@@ -18,7 +18,9 @@ def normalize_windows(windows: Sequence[int] | torch.Tensor, n_heads: int) -> tu
     """Windows as a tuple of Python ints, one per query head, each >= 1."""
     if isinstance(windows, torch.Tensor):
         if windows.dim() != 1:
-            raise ValueError(f"windows must be 1-D (one per head), got shape {tuple(windows.shape)}")
+            raise ValueError(
+                f"windows must be 1-D (one per head), got shape {tuple(windows.shape)}"
+            )
         if windows.dtype.is_floating_point or windows.dtype == torch.bool:
             raise ValueError(f"windows must hold integers, got dtype {windows.dtype}")
         values = tuple(int(w) for w in windows.tolist())

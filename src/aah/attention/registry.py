@@ -1,4 +1,4 @@
-"""Backends by name: how each runs, what it executes, and whether it can run here."""
+"""Backends by name: how each runs, what it executes, whether it can run here, and `auto`."""
 
 from __future__ import annotations
 
@@ -7,13 +7,17 @@ from dataclasses import dataclass
 
 import torch
 
+from aah.attention.banded import banded_attention, banded_executed
 from aah.attention.dense import dense_attention, dense_executed
+from aah.attention.flash import check_flash, flash_attention_windows, flash_available
+from aah.attention.flex import check_flex, flex_attention_windows, flex_executed
+from aah.attention.grouped import grouped_attention, grouped_executed
 from aah.attention.reference import reference_attention
 
 RunFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, tuple[int, ...], float], torch.Tensor]
 
 
-def _always(q: torch.Tensor, needs_grad: bool) -> None:
+def _runs_anywhere(q: torch.Tensor, needs_grad: bool) -> None:
     return None
 
 
@@ -21,17 +25,25 @@ def _always(q: torch.Tensor, needs_grad: bool) -> None:
 class Backend:
     name: str
     run: RunFn
-    executed: Callable[[tuple[int, ...], int], int]
-    check: Callable[[torch.Tensor, bool], None] = _always
+    executed: Callable[[tuple[int, ...], int], int]  # score elements per batch element
+    check: Callable[[torch.Tensor, bool], None] = _runs_anywhere  # ValueError if it cannot run
 
 
 def _reference(q, k, v, windows, scale):  # type: ignore[no-untyped-def]
     return reference_attention(q, k, v, torch.tensor(windows), scale)
 
 
+def _full_square(windows: tuple[int, ...], seq_len: int) -> int:
+    return dense_executed(windows, seq_len)
+
+
 BACKENDS: dict[str, Backend] = {
-    "reference": Backend("reference", _reference, dense_executed),
+    "reference": Backend("reference", _reference, _full_square),
     "dense": Backend("dense", dense_attention, dense_executed),
+    "banded": Backend("banded", banded_attention, banded_executed),
+    "grouped": Backend("grouped", grouped_attention, grouped_executed),
+    "flex": Backend("flex", flex_attention_windows, flex_executed, check_flex),
+    "flash": Backend("flash", flash_attention_windows, flex_executed, check_flash),
 }
 
 
@@ -40,4 +52,14 @@ def get_backend(name: str) -> Backend:
 
 
 def pick_auto(q: torch.Tensor, windows: tuple[int, ...], needs_grad: bool) -> str:
-    return "dense"
+    """The measured rule (README, "Choosing a backend"):
+
+    - CUDA: flash when installed and the dtype is fp16/bf16, else flex (compiled, fwd and bwd).
+    - CPU: grouped, training or inference. Flex's CPU forward is competitive only once compiled
+      for each (T, windows), which costs seconds per new plan, so it is never picked implicitly.
+    """
+    if q.device.type == "cuda":
+        if flash_available() and q.dtype in (torch.float16, torch.bfloat16):
+            return "flash"
+        return "flex"
+    return "grouped"

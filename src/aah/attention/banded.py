@@ -1,0 +1,288 @@
+"""Exact sliding-window attention for one window w, in O(T (w + b)) work and O(T w) memory.
+
+Shapes: q (B, Hq, T, D); k, v (B, Hkv, T, D). Query i sees keys i - w < j <= i.
+
+Decomposition, with block size b and w' = w rounded up to a multiple of b:
+- prefix: queries [0, w) see every earlier key: plain causal attention on [0, w).
+- blocks: queries [w, T) in blocks of b. The block starting at s needs keys s-w+1 .. s+b-1; it
+  reads the aligned span [s-w', s+b) (L = w' + b keys) under one (b, L) band mask. The spans are
+  strided views of K/V (no copies) and GQA is handled by the kernel, so K/V are never repeated.
+Both run in PyTorch's fused CPU flash kernel, batched over blocks. The backward calls the
+kernel's own backward and folds each span's key gradient back with L / b block-aligned adds.
+Keys before position 0 (front padding, only when b does not divide w) are always outside the
+band, so the mask alone keeps them out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+import torch.nn.functional as F
+
+from aah.attention.masks import window_mask
+from aah.attention.sdpa_lse import attention_with_lse, attention_with_lse_backward
+
+
+def block_size_for(window: int) -> int:
+    """Query block size: small blocks waste less of the band, large ones run the kernel faster."""
+    return 32 if window <= 64 else 64
+
+
+@dataclass(frozen=True)
+class BandGeometry:
+    """Where the prefix and the blocks live for per-head windows, T and a block size.
+
+    The layout is sized for the widest window W; heads with narrower windows get their own rows
+    in the (per-head) masks, so one kernel call serves them all.
+    """
+
+    windows: tuple[int, ...]
+    seq_len: int
+    block: int
+
+    @property
+    def window(self) -> int:
+        return min(max(self.windows), self.seq_len)
+
+    @property
+    def uniform(self) -> bool:
+        return all(min(w, self.seq_len) == self.window for w in self.windows)
+
+    @property
+    def prefix(self) -> int:
+        return min(self.window, self.seq_len)
+
+    @property
+    def span_before(self) -> int:
+        """w' = w rounded up to a multiple of the block."""
+        return -(-self.window // self.block) * self.block
+
+    @property
+    def span(self) -> int:
+        return self.span_before + self.block
+
+    @property
+    def n_blocks(self) -> int:
+        tail = self.seq_len - self.prefix
+        return -(-tail // self.block) if tail > 0 else 0
+
+    @property
+    def front_pad(self) -> int:
+        return self.span_before - self.window
+
+    @property
+    def back_pad(self) -> int:
+        return self.prefix + self.n_blocks * self.block - self.seq_len
+
+    def executed(self) -> int:
+        """Score elements computed per head: the prefix (triangle when causal suffices, else
+        square) plus a (b, L) tile per block."""
+        p = self.prefix
+        prefix = p * (p + 1) // 2 if self.prefix_is_causal else p * p
+        return prefix + self.n_blocks * self.block * self.span
+
+    @property
+    def prefix_is_causal(self) -> bool:
+        return min(self.windows) >= self.prefix
+
+
+def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    zeros = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    return zeros.masked_fill(~allowed, float("-inf"))
+
+
+@cache
+def _band_mask(geo: BandGeometry, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask, (b, L) or per head (1, H, b, L): query r sees span key c iff
+    w' - w_h < c - r <= w'."""
+    r = torch.arange(geo.block, device=device)[:, None]
+    c = torch.arange(geo.span, device=device)[None, :]
+    offset = c - r
+    if geo.uniform:
+        return _additive(
+            (offset <= geo.span_before) & (offset > geo.span_before - geo.window), dtype
+        )
+    windows = torch.tensor(geo.windows, device=device).view(1, -1, 1, 1)
+    return _additive((offset <= geo.span_before) & (offset > geo.span_before - windows), dtype)
+
+
+@cache
+def _prefix_mask(
+    geo: BandGeometry, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor | None:
+    """None when plain causal attention covers the prefix, else a per-head (1, H, P, P) mask."""
+    if geo.prefix_is_causal:
+        return None
+    windows = torch.tensor(geo.windows, device=device)
+    return _additive(window_mask(windows, geo.prefix), dtype).unsqueeze(0)
+
+
+def _query_blocks(x: torch.Tensor, geo: BandGeometry) -> torch.Tensor:
+    """(H, Tq, D) with Tq = prefix + n_blocks * b -> (n_blocks, H, b, D) view."""
+    h, _, d = x.shape
+    rows = x[:, geo.prefix : geo.prefix + geo.n_blocks * geo.block]
+    return rows.unflatten(1, (geo.n_blocks, geo.block)).transpose(0, 1)
+
+
+def _key_spans(x: torch.Tensor, geo: BandGeometry) -> torch.Tensor:
+    """(H, Tk, D) padded keys -> (n_blocks, H, L, D) overlapping view; span m starts at m * b."""
+    h, _, d = x.shape
+    s_h, s_t, s_d = x.stride()
+    return x.as_strided(
+        (geo.n_blocks, h, geo.span, d),
+        (geo.block * s_t, s_h, s_t, s_d),
+        x.storage_offset(),
+    )
+
+
+def _pad_keys(x: torch.Tensor, geo: BandGeometry) -> torch.Tensor:
+    if geo.front_pad == 0 and geo.back_pad == 0:
+        return x
+    return F.pad(x, (0, 0, geo.front_pad, geo.back_pad))
+
+
+def _pad_queries(x: torch.Tensor, geo: BandGeometry) -> torch.Tensor:
+    return F.pad(x, (0, 0, 0, geo.back_pad)) if geo.back_pad else x
+
+
+class _BandedWindow(torch.autograd.Function):
+    """Forward and recomputing backward of the prefix + masked-block decomposition."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, windows: tuple[int, ...], scale: float):  # type: ignore[override]
+        batch, n_heads, seq_len, head_dim = q.shape
+        geo = geometry(windows, seq_len)
+        mask = _band_mask(geo, q.device, q.dtype)
+        qp, kp, vp = _pad_queries(q, geo), _pad_keys(k, geo), _pad_keys(v, geo)
+        # Output in (B, T, H, D) memory: what the model's output projection wants next.
+        out = q.new_empty(batch, seq_len, n_heads, head_dim).transpose(1, 2)
+        saved = []
+        for bi in range(batch):
+            out_pre, lse_pre, out_blk, lse_blk = _forward_one(
+                qp[bi], kp[bi], vp[bi], geo, mask, scale
+            )
+            out[bi, :, : geo.prefix] = out_pre[0]
+            if geo.n_blocks:
+                tail = out_blk.transpose(0, 1).flatten(1, 2)
+                out[bi, :, geo.prefix :] = tail[:, : seq_len - geo.prefix]
+            saved += [out_pre, lse_pre, out_blk, lse_blk]
+        ctx.save_for_backward(qp, kp, vp, *saved)
+        ctx.geo, ctx.scale = geo, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):  # type: ignore[override]
+        qp, kp, vp, *saved = ctx.saved_tensors
+        geo, scale = ctx.geo, ctx.scale
+        mask = _band_mask(geo, qp.device, qp.dtype)
+        grad_out = _pad_queries(grad_out, geo)
+        batch, n_q_heads, _, head_dim = qp.shape
+        n_kv_heads, seq_len = kp.shape[1], geo.seq_len
+        dq = qp.new_empty(batch, seq_len, n_q_heads, head_dim).transpose(1, 2)
+        dk = kp.new_empty(batch, seq_len, n_kv_heads, head_dim).transpose(1, 2)
+        dv = torch.empty_like(dk)
+        for bi in range(batch):
+            out_pre, lse_pre, out_blk, lse_blk = saved[4 * bi : 4 * bi + 4]
+            _backward_one(
+                grad_out[bi], qp[bi], kp[bi], vp[bi], out_pre, lse_pre, out_blk, lse_blk,
+                geo, mask, scale, dq[bi], dk[bi], dv[bi],
+            )  # fmt: skip
+        return dq, dk, dv, None, None
+
+
+def _forward_one(q, k, v, geo: BandGeometry, mask, scale):  # type: ignore[no-untyped-def]
+    """One batch element: q (Hq, Tq, D), padded k/v (Hkv, Tk, D)."""
+    p, front = geo.prefix, geo.front_pad
+    k_pre, v_pre = k[None, :, front : front + p], v[None, :, front : front + p]
+    pre_mask = _prefix_mask(geo, q.device, q.dtype)
+    out_pre, lse_pre = attention_with_lse(
+        q[None, :, :p], k_pre, v_pre, scale, causal=pre_mask is None, mask=pre_mask
+    )
+    if geo.n_blocks == 0:
+        return out_pre, lse_pre, None, None
+    out_blk, lse_blk = attention_with_lse(
+        _query_blocks(q, geo), _key_spans(k, geo), _key_spans(v, geo), scale, mask=mask
+    )
+    return out_pre, lse_pre, out_blk, lse_blk
+
+
+def _backward_one(  # type: ignore[no-untyped-def]
+    dout, q, k, v, out_pre, lse_pre, out_blk, lse_blk, geo: BandGeometry, mask, scale, dq, dk, dv
+):
+    """Writes one batch element's gradients into dq (Hq, T, D) and dk, dv (Hkv, T, D)."""
+    p, front, seq_len = geo.prefix, geo.front_pad, geo.seq_len
+    k_pre, v_pre = k[None, :, front : front + p], v[None, :, front : front + p]
+    pre_mask = _prefix_mask(geo, q.device, q.dtype)
+    dq_p, dk_p, dv_p = attention_with_lse_backward(
+        dout[None, :, :p], q[None, :, :p], k_pre, v_pre, out_pre, lse_pre, scale,
+        causal=pre_mask is None, mask=pre_mask,
+    )  # fmt: skip
+    dq[:, :p] = dq_p[0]
+    if geo.n_blocks == 0:
+        dk.copy_(dk_p[0])
+        dv.copy_(dv_p[0])
+        return
+    dq_b, dk_s, dv_s = attention_with_lse_backward(
+        _query_blocks(dout, geo), _query_blocks(q, geo), _key_spans(k, geo), _key_spans(v, geo),
+        out_blk, lse_blk, scale, mask=mask,
+    )  # fmt: skip
+    dq[:, p:] = dq_b.transpose(0, 1).flatten(1, 2)[:, : seq_len - p]
+    for grad, spans, prefix_grad in ((dk, dk_s, dk_p), (dv, dv_s, dv_p)):
+        grad.copy_(_fold_spans(spans, geo)[:, front : front + seq_len])
+        grad[:, :p] += prefix_grad[0]
+
+
+def _fold_spans(spans: torch.Tensor, geo: BandGeometry) -> torch.Tensor:
+    """Sum every span's key gradient (n, H, L, D) into place: (H, Tk, D), (Tk, H, D) memory.
+
+    Key block j collects block t of span j - t. For interior j all L / b terms exist and are read
+    through one strided view whose reduction writes the result directly (one pass over the
+    spans, no zero fill); the few blocks at either end are summed explicitly.
+    """
+    n, heads, span, dim = spans.shape
+    b = geo.block
+    per_span = span // b
+    n_key_blocks = n + per_span - 1
+    out = spans.new_empty(n_key_blocks * b, heads, dim)
+    out_blocks = out.unflatten(0, (n_key_blocks, b))  # (nk, b, H, D)
+    s_m, s_h, s_l, s_d = spans.stride()
+    interior = range(per_span - 1, n)
+    if len(interior):
+        # Reversed term order keeps every stride non-negative: term u is span j - nL + 1 + u.
+        terms = spans.as_strided(
+            (len(interior), per_span, heads, b, dim),
+            (s_m, s_m - b * s_l, s_h, s_l, s_d),
+            spans.storage_offset() + (per_span - 1) * b * s_l,
+        )
+        torch.sum(terms, dim=1, out=out_blocks[interior.start : interior.stop].permute(0, 2, 1, 3))
+    for j in range(n_key_blocks):
+        if j in interior:
+            continue
+        parts = [spans[j - t, :, t * b : (t + 1) * b] for t in range(per_span) if 0 <= j - t < n]
+        out_blocks[j] = torch.stack(parts).sum(0).transpose(0, 1)
+    return out.transpose(0, 1)
+
+
+def geometry(windows: tuple[int, ...], seq_len: int) -> BandGeometry:
+    return BandGeometry(windows, seq_len, block_size_for(min(max(windows), seq_len)))
+
+
+def banded_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: tuple[int, ...], scale: float
+) -> torch.Tensor:
+    """Windowed attention, one kernel layout for all heads (sized for the widest window)."""
+    seq_len = q.shape[2]
+    if min(windows) >= seq_len:
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, scale=scale, enable_gqa=k.shape[1] != q.shape[1]
+        )
+    return _BandedWindow.apply(q, k, v, windows, scale)
+
+
+def banded_executed(windows: tuple[int, ...], seq_len: int) -> int:
+    """Score elements the banded backend computes for these heads (one batch element)."""
+    if min(windows) >= seq_len:
+        return len(windows) * seq_len * (seq_len + 1) // 2
+    return len(windows) * geometry(windows, seq_len).executed()

@@ -1,0 +1,75 @@
+"""FlexAttention backend: one compiled kernel, a per-head BlockMask that skips empty tiles.
+
+The BlockMask depends on (T, windows, device) and is cached on that key; the compiled kernel is
+built on first use (nothing happens at import). PyTorch has no flex backward on CPU, so on CPU
+this backend is forward-only (inference); on CUDA it runs forward and backward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache, lru_cache
+
+import torch
+
+TILE = 128  # FlexAttention's default block size, used for the BlockMask and the cost count
+
+
+@cache
+def _compiled_flex() -> Callable[..., torch.Tensor]:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+@lru_cache(maxsize=64)
+def block_mask(windows: tuple[int, ...], seq_len: int, device: str):  # type: ignore[no-untyped-def]
+    """Per-head sliding-window BlockMask: query i of head h sees keys i - w_h < j <= i."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    window_of_head = torch.tensor(windows, device=device)
+
+    def sliding_window(b, h, q_idx, kv_idx):  # type: ignore[no-untyped-def]
+        return (kv_idx <= q_idx) & (q_idx - kv_idx < window_of_head[h])
+
+    return create_block_mask(
+        sliding_window, B=None, H=len(windows), Q_LEN=seq_len, KV_LEN=seq_len, device=device
+    )
+
+
+def check_flex(q: torch.Tensor, needs_grad: bool) -> None:
+    if needs_grad and q.device.type == "cpu":
+        raise ValueError(
+            "backend 'flex' cannot run a backward on CPU (PyTorch has no CPU flex backward): "
+            "use it under torch.no_grad() for inference, or pick 'grouped' / 'auto' for training"
+        )
+
+
+def flex_attention_windows(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    windows: tuple[int, ...],
+    scale: float,
+    *,
+    compiled: bool = True,
+) -> torch.Tensor:
+    """`compiled=False` runs flex's eager reference path (slow; for checking mask semantics)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    seq_len = q.shape[2]
+    mask = block_mask(windows, seq_len, str(q.device))
+    kernel = _compiled_flex() if compiled else flex_attention
+    return kernel(q, k, v, block_mask=mask, scale=scale, enable_gqa=k.shape[1] != q.shape[1])
+
+
+def flex_executed(windows: tuple[int, ...], seq_len: int) -> int:
+    """Score elements in the TILE x TILE tiles the BlockMask keeps (partial tiles count whole)."""
+    n_tiles = -(-seq_len // TILE)
+    total = 0
+    for w in windows:
+        for qb in range(n_tiles):
+            q_lo, q_hi = qb * TILE, min((qb + 1) * TILE, seq_len) - 1
+            first = max(0, q_lo - w + 1) // TILE
+            total += qb - first + 1
+    return total * TILE * TILE

@@ -1,0 +1,107 @@
+"""The paper's execution branch: bucket heads by window, run each bucket, put heads back in order.
+
+Full-window buckets go through SDPA `is_causal`; local buckets through the banded kernel, each
+with a layout sized for its own window. The bucketing depends only on (windows, T, Hq, Hkv),
+so it is computed once per window plan and cached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+
+from aah.attention.banded import banded_attention, banded_executed
+from aah.attention.cost import causal_pairs
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Query heads sharing one effective window, and the K/V heads they read."""
+
+    window: int  # min(w, T); == T means full causal
+    q_heads: tuple[int, ...]
+    kv_heads: tuple[int, ...]  # one per query head when `kv_shared` is False
+
+    @property
+    def kv_shared(self) -> bool:
+        """True when K/V can be indexed once per KV head (the bucket holds whole GQA groups)."""
+        return len(self.kv_heads) != len(self.q_heads)
+
+
+@dataclass(frozen=True)
+class BucketPlan:
+    buckets: tuple[Bucket, ...]
+    order: tuple[int, ...] | None  # inverse permutation to head order; None if already in order
+
+
+def _as_index(heads: tuple[int, ...]) -> slice | list[int]:
+    """A slice (a view, no copy) when the heads are a contiguous run."""
+    if heads == tuple(range(heads[0], heads[0] + len(heads))):
+        return slice(heads[0], heads[0] + len(heads))
+    return list(heads)
+
+
+@lru_cache(maxsize=256)
+def bucket_plan(windows: tuple[int, ...], seq_len: int, n_kv_heads: int) -> BucketPlan:
+    group = len(windows) // n_kv_heads
+    by_window: dict[int, list[int]] = {}
+    for head, w in enumerate(windows):
+        by_window.setdefault(min(w, seq_len), []).append(head)
+    buckets = []
+    for window in sorted(by_window):
+        heads = tuple(by_window[window])
+        kv_groups = {h // group for h in heads}
+        whole_groups = len(heads) == len(kv_groups) * group and heads == tuple(
+            h for g in sorted(kv_groups) for h in range(g * group, (g + 1) * group)
+        )
+        kv = (
+            tuple(sorted(kv_groups))
+            if whole_groups and group > 1
+            else tuple(h // group for h in heads)
+        )
+        buckets.append(Bucket(window, heads, kv))
+    concat = [h for b in buckets for h in b.q_heads]
+    order = (
+        None
+        if concat == list(range(len(windows)))
+        else tuple(sorted(range(len(concat)), key=concat.__getitem__))
+    )
+    return BucketPlan(tuple(buckets), order)
+
+
+def grouped_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: tuple[int, ...], scale: float
+) -> torch.Tensor:
+    seq_len = q.shape[2]
+    plan = bucket_plan(windows, seq_len, k.shape[1])
+    if len(plan.buckets) == 1:
+        return _run_bucket(q, k, v, plan.buckets[0], seq_len, scale)
+    outs = []
+    for bucket in plan.buckets:
+        q_b = q[:, _as_index(bucket.q_heads)]
+        kv_index = _as_index(bucket.kv_heads)
+        outs.append(_run_bucket(q_b, k[:, kv_index], v[:, kv_index], bucket, seq_len, scale))
+    out = torch.cat(outs, dim=1)
+    return out if plan.order is None else out[:, list(plan.order)]
+
+
+def _run_bucket(q, k, v, bucket: Bucket, seq_len: int, scale: float) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    if bucket.window >= seq_len:
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, scale=scale, enable_gqa=k.shape[1] != q.shape[1]
+        )
+    return banded_attention(q, k, v, (bucket.window,) * q.shape[1], scale)
+
+
+def grouped_executed(windows: tuple[int, ...], seq_len: int) -> int:
+    total = 0
+    for bucket in bucket_plan(windows, seq_len, len(windows)).buckets:
+        heads = len(bucket.q_heads)
+        if bucket.window >= seq_len:
+            total += heads * causal_pairs(seq_len)
+        else:
+            total += banded_executed((bucket.window,) * heads, seq_len)
+    return total

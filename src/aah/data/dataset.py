@@ -1,0 +1,75 @@
+"""`load_tokens`: corpus -> split -> cached uint8 token arrays, memory-mapped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from aah.data import cache
+from aah.data.config import DataConfig
+from aah.data.corpora import read_corpus
+from aah.data.split import SplitPlan, join_pieces, plan_split
+
+
+@dataclass(frozen=True)
+class TokenSplits:
+    """Token ids (bytes) of the train and validation splits of one corpus.
+
+    train, val:       read-only uint8 `np.memmap`s from the cache, each non-empty.
+    name:             the corpus name ("python-stdlib", "shakespeare", "hf:...") or the path.
+    content_hash:     hex key of the exact content and split settings (the cache folder name).
+    n_files_train/_val: documents in each split (a single-file corpus counts 1 in each).
+    n_files_skipped:  binary files skipped inside a folder (a warning says so too).
+    """
+
+    train: np.ndarray
+    val: np.ndarray
+    name: str
+    content_hash: str
+    n_files_train: int
+    n_files_val: int
+    n_files_skipped: int = 0
+
+
+def load_tokens(cfg: DataConfig, *, progress: bool = False) -> TokenSplits:
+    """Read, split and tokenize the corpus of `cfg`, through the on-disk cache.
+
+    The corpus is always read (its content is the cache key); the split, encoding and writing
+    happen only on a cache miss. `progress` shows a tqdm bar while reading files. Raises
+    `ValueError` for bad config values and unusable inputs (see `aah.data.corpora`); the split
+    rule is in `aah.data.split`, the cache layout in `aah.data.cache`.
+    """
+    cfg.validate()
+    corpus = read_corpus(cfg, progress=progress)
+    key = cache.content_hash(corpus.documents, cfg.val_fraction, cfg.max_bytes)
+    entry = cache.cache_root(cfg) / key
+    hit = cache.load_entry(entry, key)
+    if hit is None:
+        plan = plan_split(corpus.documents, cfg.val_fraction)
+        train, val = encode_split(plan)
+        meta = {
+            "n_files_train": plan.n_files_train,
+            "n_files_val": plan.n_files_val,
+            "val_fraction": cfg.val_fraction,
+            "max_bytes": cfg.max_bytes,
+        }
+        cache.store_entry(entry, key, train, val, meta)
+        hit = cache.load_entry(entry, key)
+        if hit is None:  # only if the cache folder is being tampered with concurrently
+            raise RuntimeError(f"token cache entry unreadable right after writing: {entry}")
+    train_mm, val_mm, meta = hit
+    return TokenSplits(
+        train=train_mm,
+        val=val_mm,
+        name=corpus.name,
+        content_hash=key,
+        n_files_train=int(meta["n_files_train"]),
+        n_files_val=int(meta["n_files_val"]),
+        n_files_skipped=corpus.n_skipped_binary,
+    )
+
+
+def encode_split(plan: SplitPlan) -> tuple[np.ndarray, np.ndarray]:
+    """(train, val) uint8 token arrays of a split plan; the step a cache hit skips."""
+    return join_pieces(plan.train), join_pieces(plan.val)

@@ -1,0 +1,136 @@
+"""Batches of (x, y) windows: random for training (`BatchLoader`), in order for eval.
+
+Shapes: x, y are (B, T) int64 token ids with y[:, t] == x[:, t + 1] in the corpus, i.e.
+each batch row is a window of T + 1 consecutive tokens split into input and target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+_STATE_KEYS = ("seed", "rank", "world_size", "batch_size", "seq_len", "n_tokens", "batches")
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_tokens(tokens: np.ndarray, seq_len: int) -> np.ndarray:
+    if not isinstance(tokens, np.ndarray) or tokens.ndim != 1:
+        raise ValueError("tokens must be a 1-D numpy array")
+    if tokens.size < seq_len + 1:
+        raise ValueError(
+            f"split has {tokens.size} tokens, fewer than seq_len + 1 = {seq_len + 1}; "
+            "use a shorter seq_len or a larger corpus"
+        )
+    return tokens
+
+
+class BatchLoader:
+    """Random training batches, deterministic from (seed, rank, world_size), resumable.
+
+    Batch i's start offsets are drawn uniformly from [0, len - seq_len - 1] by a PCG64
+    generator seeded with the i-th spawned child of `np.random.SeedSequence([seed, rank])`.
+    The stream is therefore a pure function of (seed, rank, i): ranks get different streams,
+    and resuming is O(1), with no replay of earlier batches. `state_dict()` holds only ints.
+    `world_size` is validated (0 <= rank < world_size) and recorded so that a state is not
+    restored into a differently-sharded run.
+    """
+
+    def __init__(
+        self,
+        tokens: np.ndarray,
+        batch_size: int,
+        seq_len: int,
+        *,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        self.batch_size = _check_int("batch_size", batch_size, 1)
+        self.seq_len = _check_int("seq_len", seq_len, 1)
+        self.seed = _check_int("seed", seed, 0)
+        self.world_size = _check_int("world_size", world_size, 1)
+        self.rank = _check_int("rank", rank, 0)
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank must be < world_size = {self.world_size}, got {rank}")
+        self.tokens = _check_tokens(tokens, self.seq_len)
+        self._root = np.random.SeedSequence([self.seed, self.rank])
+        self._offsets = np.arange(self.seq_len + 1)
+        self.batches = 0  # batches drawn so far: the only mutable state
+
+    def _starts(self, index: int) -> np.ndarray:
+        # Same child as self._root.spawn(index + 1)[index], without spawning the others.
+        child = np.random.SeedSequence(self._root.entropy, spawn_key=(*self._root.spawn_key, index))
+        rng = np.random.Generator(np.random.PCG64(child))
+        return rng.integers(0, self.tokens.size - self.seq_len, size=self.batch_size)
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, y), each (batch_size, seq_len) int64 on CPU; y is x shifted left by one token."""
+        starts = self._starts(self.batches)
+        self.batches += 1
+        windows = np.asarray(self.tokens[starts[:, None] + self._offsets], dtype=np.int64)
+        return torch.from_numpy(windows[:, :-1].copy()), torch.from_numpy(windows[:, 1:].copy())
+
+    def state_dict(self) -> dict[str, int]:
+        """JSON-serialisable state (ints only) that continues the stream bit for bit."""
+        return {
+            "seed": self.seed,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "batch_size": self.batch_size,
+            "seq_len": self.seq_len,
+            "n_tokens": int(self.tokens.size),
+            "batches": self.batches,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state`; `ValueError` if it was made for a different loader setup."""
+        missing = [k for k in _STATE_KEYS if k not in state]
+        if missing:
+            raise ValueError(f"loader state is missing keys {missing}")
+        mine = self.state_dict()
+        for key in _STATE_KEYS[:-1]:
+            if state[key] != mine[key]:
+                raise ValueError(
+                    f"loader state has {key}={state[key]!r} but this loader has {mine[key]!r}"
+                )
+        self.batches = _check_int("batches", state["batches"], 0)
+
+
+def eval_batches(
+    tokens: np.ndarray, batch_size: int, seq_len: int, max_batches: int | None = None
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Deterministic eval batches: contiguous, non-overlapping windows from the split's start.
+
+    Window j has x = tokens[j*T : (j+1)*T] and y = tokens[j*T+1 : (j+1)*T+1], for all
+    j < (len - 1) // T, so every target is scored exactly once; the trailing remainder (< T
+    tokens) is dropped. Windows are grouped in order into batches of `batch_size`; the last
+    batch may be smaller. At most `max_batches` batches. Arguments are checked eagerly.
+    """
+    batch_size = _check_int("batch_size", batch_size, 1)
+    seq_len = _check_int("seq_len", seq_len, 1)
+    if max_batches is not None:
+        max_batches = _check_int("max_batches", max_batches, 1)
+    tokens = _check_tokens(tokens, seq_len)
+    return _eval_iter(tokens, batch_size, seq_len, max_batches)
+
+
+def _eval_iter(
+    tokens: np.ndarray, batch_size: int, seq_len: int, max_batches: int | None
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    n_windows = (tokens.size - 1) // seq_len
+    for b, first in enumerate(range(0, n_windows, batch_size)):
+        if max_batches is not None and b >= max_batches:
+            return
+        count = min(batch_size, n_windows - first)
+        chunk = np.asarray(tokens[first * seq_len : (first + count) * seq_len + 1], np.int64)
+        x = chunk[:-1].reshape(count, seq_len)
+        y = chunk[1:].reshape(count, seq_len)
+        yield torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
