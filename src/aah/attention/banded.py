@@ -101,10 +101,9 @@ def _band_mask(geo: BandGeometry, device: torch.device, dtype: torch.dtype) -> t
     c = torch.arange(geo.span, device=device)[None, :]
     offset = c - r
     if geo.uniform:
-        return _additive(
-            (offset <= geo.span_before) & (offset > geo.span_before - geo.window), dtype
-        )
-    windows = torch.tensor(geo.windows, device=device).view(1, -1, 1, 1)
+        windows: torch.Tensor | int = geo.window
+    else:
+        windows = torch.tensor(geo.windows, device=device).view(1, -1, 1, 1)
     return _additive((offset <= geo.span_before) & (offset > geo.span_before - windows), dtype)
 
 
@@ -121,7 +120,6 @@ def _prefix_mask(
 
 def _query_blocks(x: torch.Tensor, geo: BandGeometry) -> torch.Tensor:
     """(H, Tq, D) with Tq = prefix + n_blocks * b -> (n_blocks, H, b, D) view."""
-    h, _, d = x.shape
     rows = x[:, geo.prefix : geo.prefix + geo.n_blocks * geo.block]
     return rows.unflatten(1, (geo.n_blocks, geo.block)).transpose(0, 1)
 

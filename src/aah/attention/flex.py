@@ -69,7 +69,7 @@ def flex_executed(windows: tuple[int, ...], seq_len: int) -> int:
     total = 0
     for w in windows:
         for qb in range(n_tiles):
-            q_lo, q_hi = qb * TILE, min((qb + 1) * TILE, seq_len) - 1
-            first = max(0, q_lo - w + 1) // TILE
+            # The tile's first query reaches furthest back: to qb * TILE - w + 1.
+            first = max(0, qb * TILE - w + 1) // TILE
             total += qb - first + 1
     return total * TILE * TILE
