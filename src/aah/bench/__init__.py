@@ -1,0 +1,1 @@
+"""Benchmarks behind `aah bench` and `benchmarks/*.py`: a human table, then one JSON line."""
