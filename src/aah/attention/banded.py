@@ -70,7 +70,8 @@ class BandGeometry:
 
     @property
     def front_pad(self) -> int:
-        return self.span_before - self.window
+        """Zero keys before position 0 so spans align; none when there are no blocks."""
+        return self.span_before - self.window if self.n_blocks else 0
 
     @property
     def back_pad(self) -> int:
@@ -177,17 +178,19 @@ class _BandedWindow(torch.autograd.Function):
         mask = _band_mask(geo, qp.device, qp.dtype)
         grad_out = _pad_queries(grad_out, geo)
         batch, n_q_heads, _, head_dim = qp.shape
-        n_kv_heads, seq_len = kp.shape[1], geo.seq_len
+        seq_len, front = geo.seq_len, geo.front_pad
         dq = qp.new_empty(batch, seq_len, n_q_heads, head_dim).transpose(1, 2)
-        dk = kp.new_empty(batch, seq_len, n_kv_heads, head_dim).transpose(1, 2)
-        dv = torch.empty_like(dk)
+        # K/V gradients are built in the padded layout and returned as views: no extra copies.
+        padded = (batch, kp.shape[2], kp.shape[1], head_dim)
+        dk, dv = kp.new_empty(padded).transpose(1, 2), vp.new_empty(padded).transpose(1, 2)
         for bi in range(batch):
             out_pre, lse_pre, out_blk, lse_blk = saved[4 * bi : 4 * bi + 4]
             _backward_one(
                 grad_out[bi], qp[bi], kp[bi], vp[bi], out_pre, lse_pre, out_blk, lse_blk,
                 geo, mask, scale, dq[bi], dk[bi], dv[bi],
             )  # fmt: skip
-        return dq, dk, dv, None, None
+        keys = slice(front, front + seq_len)
+        return dq, dk[:, :, keys], dv[:, :, keys], None, None
 
 
 def _forward_one(q, k, v, geo: BandGeometry, mask, scale):  # type: ignore[no-untyped-def]
@@ -209,7 +212,7 @@ def _forward_one(q, k, v, geo: BandGeometry, mask, scale):  # type: ignore[no-un
 def _backward_one(  # type: ignore[no-untyped-def]
     dout, q, k, v, out_pre, lse_pre, out_blk, lse_blk, geo: BandGeometry, mask, scale, dq, dk, dv
 ):
-    """Writes one batch element's gradients into dq (Hq, T, D) and dk, dv (Hkv, T, D)."""
+    """Writes one batch element's gradients into dq (Hq, T, D) and padded dk, dv (Hkv, Tk, D)."""
     p, front, seq_len = geo.prefix, geo.front_pad, geo.seq_len
     k_pre, v_pre = k[None, :, front : front + p], v[None, :, front : front + p]
     pre_mask = _prefix_mask(geo, q.device, q.dtype)
@@ -218,7 +221,7 @@ def _backward_one(  # type: ignore[no-untyped-def]
         causal=pre_mask is None, mask=pre_mask,
     )  # fmt: skip
     dq[:, :p] = dq_p[0]
-    if geo.n_blocks == 0:
+    if geo.n_blocks == 0:  # no padding either: the prefix is the whole sequence
         dk.copy_(dk_p[0])
         dv.copy_(dv_p[0])
         return
@@ -228,12 +231,12 @@ def _backward_one(  # type: ignore[no-untyped-def]
     )  # fmt: skip
     dq[:, p:] = dq_b.transpose(0, 1).flatten(1, 2)[:, : seq_len - p]
     for grad, spans, prefix_grad in ((dk, dk_s, dk_p), (dv, dv_s, dv_p)):
-        grad.copy_(_fold_spans(spans, geo)[:, front : front + seq_len])
-        grad[:, :p] += prefix_grad[0]
+        _fold_spans(spans, geo, grad)
+        grad[:, front : front + p] += prefix_grad[0]
 
 
-def _fold_spans(spans: torch.Tensor, geo: BandGeometry) -> torch.Tensor:
-    """Sum every span's key gradient (n, H, L, D) into place: (H, Tk, D), (Tk, H, D) memory.
+def _fold_spans(spans: torch.Tensor, geo: BandGeometry, out: torch.Tensor) -> None:
+    """Write into out (H, Tk, D) the sum of every span's key gradient (n, H, L, D) at its place.
 
     Key block j collects block t of span j - t. For interior j all L / b terms exist and are read
     through one strided view whose reduction writes the result directly (one pass over the
@@ -243,8 +246,7 @@ def _fold_spans(spans: torch.Tensor, geo: BandGeometry) -> torch.Tensor:
     b = geo.block
     per_span = span // b
     n_key_blocks = n + per_span - 1
-    out = spans.new_empty(n_key_blocks * b, heads, dim)
-    out_blocks = out.unflatten(0, (n_key_blocks, b))  # (nk, b, H, D)
+    out_blocks = out.unflatten(1, (n_key_blocks, b)).permute(1, 0, 2, 3)  # (nk, H, b, D)
     s_m, s_h, s_l, s_d = spans.stride()
     interior = range(per_span - 1, n)
     if len(interior):
@@ -254,13 +256,12 @@ def _fold_spans(spans: torch.Tensor, geo: BandGeometry) -> torch.Tensor:
             (s_m, s_m - b * s_l, s_h, s_l, s_d),
             spans.storage_offset() + (per_span - 1) * b * s_l,
         )
-        torch.sum(terms, dim=1, out=out_blocks[interior.start : interior.stop].permute(0, 2, 1, 3))
+        torch.sum(terms, dim=1, out=out_blocks[interior.start : interior.stop])
     for j in range(n_key_blocks):
         if j in interior:
             continue
         parts = [spans[j - t, :, t * b : (t + 1) * b] for t in range(per_span) if 0 <= j - t < n]
-        out_blocks[j] = torch.stack(parts).sum(0).transpose(0, 1)
-    return out.transpose(0, 1)
+        torch.sum(torch.stack(parts), dim=0, out=out_blocks[j])
 
 
 def geometry(windows: tuple[int, ...], seq_len: int) -> BandGeometry:

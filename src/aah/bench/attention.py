@@ -28,6 +28,7 @@ from aah.bench.timing import (
     peak_rss_bytes,
     reset_peak_rss,
 )
+from aah.runtime import tune_allocator
 
 PLANS = ("all-128", "all-512", "mixed", "paper")
 CPU_BACKENDS = ("dense", "banded", "grouped", "flex", "auto")
@@ -101,6 +102,8 @@ def _memory_probe(argv: list[str]) -> None:
     parser = _parser()
     parser.add_argument("--probe", nargs=4, metavar=("T", "PLAN", "BACKEND", "MODE"))
     args = parser.parse_args(argv)
+    if args.tune_allocator:
+        tune_allocator()
     torch.set_num_threads(args.threads)
     seq_len, plan, backend, mode = int(args.probe[0]), *args.probe[1:]
     q, k, v, g = _inputs(args, seq_len, mode == "fwdbwd")
@@ -156,6 +159,7 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
     return [
         "--threads", str(args.threads), "--batch", str(args.batch), "--heads", str(args.heads),
         "--head-dim", str(args.head_dim), "--kv-heads", str(args.kv_heads or args.heads),
+        "--tune-allocator" if args.tune_allocator else "--no-tune-allocator",
     ]  # fmt: skip
 
 
@@ -195,6 +199,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--reps", type=int, default=5, help="timed rounds per case (median)")
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument(
+        "--tune-allocator",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep large freed blocks in the heap (aah.runtime.tune_allocator)",
+    )
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
                    help="peak memory of each case in a fresh process")  # fmt: skip
     return p
@@ -206,13 +216,15 @@ def main(argv: list[str] | None = None) -> int:
         _memory_probe(argv)
         return 0
     args = _parser().parse_args(argv)
+    tuned = tune_allocator() if args.tune_allocator else False
     for plan in args.plans:
         make_plan(plan, max(args.seq_lens), args.heads)  # fail early on a bad plan name
-    env = environment() | {"threads": args.threads}
+    env = environment() | {"threads": args.threads, "allocator_tuned": tuned}
     print(
         f"attention benchmark: B={args.batch} H={args.heads} Hkv={args.kv_heads or args.heads} "
         f"D={args.head_dim} fp32, threads={args.threads}, warm-up {args.warmup}, "
-        f"median of {args.reps} interleaved rounds; ratio = time / SDPA is_causal time"
+        f"median of {args.reps} interleaved rounds, allocator tuned: {tuned}; "
+        "ratio = time / SDPA is_causal time"
     )
     print(HEADER)
     rows = run_benchmark(args)
