@@ -1,0 +1,20 @@
+"""Control branch: per-head features -> EMA -> hierarchy -> scorer -> per-head window plan.
+
+The controller never imports the model or the training loop: it takes detached (q, k, v)
+tensors per layer and returns plain `Plan`s (`windows[layer][head]`).
+"""
+
+from aah.controller.base import Policy
+from aah.controller.config import POLICIES, ControllerConfig
+from aah.controller.plan import Plan, load_plan, plan_to_json
+from aah.controller.policies import make_policy
+
+__all__ = [
+    "POLICIES",
+    "ControllerConfig",
+    "Plan",
+    "Policy",
+    "load_plan",
+    "make_policy",
+    "plan_to_json",
+]

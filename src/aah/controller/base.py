@@ -1,0 +1,148 @@
+"""The `Policy` protocol every window policy implements, and what they share.
+
+A policy owns the plan in force (`windows[layer][head]`, plain ints) and replaces it in
+`update` from detached per-layer (q, k, v). Everything it needs to continue bit for bit is in
+`state_dict` (plain data and tensors).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+
+from aah.controller.config import ControllerConfig
+from aah.controller.decide import is_update_step
+from aah.controller.features import HeadFeatures, head_features
+from aah.controller.plan import Plan, full_plan
+
+QKV = Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
+class Policy:
+    """Base class: a static plan; subclasses override `wants_update` and `update`.
+
+    Attributes:
+        name: the policy name as in `POLICIES`.
+        windows: candidate windows, ascending (index order = width order).
+        last_update_seconds: wall time of the last `update` (0.0 before any).
+    """
+
+    name: str = "policy"
+
+    def __init__(
+        self,
+        cfg: ControllerConfig,
+        *,
+        n_layer: int,
+        n_head: int,
+        n_kv_head: int,
+        seq_len: int,
+        plan: Plan | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.n_layer, self.n_head = n_layer, n_head
+        self.n_kv_head, self.seq_len = n_kv_head, seq_len
+        self.windows = cfg.resolved_windows(seq_len)
+        self.last_update_seconds = 0.0
+        self._initial = plan if plan is not None else full_plan(n_layer, n_head, seq_len)
+        self._plan: Plan = [list(row) for row in self._initial]
+        self._groups: list | None = None
+        self._decisions: list | None = None
+        self._extra: dict = {}
+        # Seed of the sampled query rows; kept in the state so a loaded policy samples alike.
+        self._sample_seed = cfg.seed
+
+    # -- the protocol -------------------------------------------------------------------
+    def initial_plan(self) -> Plan:
+        """The plan in force at step 0 (full attention for regimes with a warm-up)."""
+        return [list(row) for row in self._initial]
+
+    def wants_update(self, step: int) -> bool:
+        """True when `update` should run after optimizer step `step`; never for static plans."""
+        return False
+
+    def update(self, step: int, qkv: QKV) -> Plan:
+        """Return the new plan (also kept as current); static policies return theirs unchanged."""
+        return self.current_plan()
+
+    def current_plan(self) -> Plan:
+        return [list(row) for row in self._plan]
+
+    def record(self, step: int) -> dict:
+        """One plans.jsonl object for the plan now in force."""
+        groups = self._groups
+        if groups is None:  # non-hierarchical: one level, one head per group
+            groups = [[[[h] for h in range(self.n_head)]] for _ in range(self.n_layer)]
+        return {
+            "step": int(step),
+            "windows": self.current_plan(),
+            "groups": copy.deepcopy(groups),
+            "decisions": copy.deepcopy(self._decisions),
+            "policy": self.name,
+            **copy.deepcopy(self._extra),
+        }
+
+    def state_dict(self) -> dict:
+        state = {
+            "plan": self._plan,
+            "groups": self._groups,
+            "decisions": self._decisions,
+            "extra": self._extra,
+            "sample_seed": self._sample_seed,
+            "last_update_seconds": self.last_update_seconds,
+        }
+        state.update(self._state())
+        return copy.deepcopy(state)
+
+    def load_state_dict(self, state: dict) -> None:
+        state = copy.deepcopy(state)
+        self._plan = [[int(w) for w in row] for row in state["plan"]]
+        self._groups, self._decisions = state["groups"], state["decisions"]
+        self._extra = state["extra"]
+        self._sample_seed = int(state["sample_seed"])
+        self.last_update_seconds = float(state.get("last_update_seconds", 0.0))
+        self._load(state)
+
+    # -- hooks and helpers for subclasses ------------------------------------------------
+    def _state(self) -> dict:
+        return {}
+
+    def _load(self, state: dict) -> None:
+        return None
+
+    def _on_schedule(self, step: int) -> bool:
+        return is_update_step(step, self.cfg.warmup_steps, self.cfg.interval)
+
+    def _measure(self, qkv: QKV, *, base: bool, mass: bool) -> list[HeadFeatures]:
+        """Per-layer features, each from the rows of the plan in force."""
+        if len(qkv) != self.n_layer:
+            raise ValueError(f"expected (q, k, v) for {self.n_layer} layers, got {len(qkv)}")
+        out = []
+        for layer, (q, k, v) in enumerate(qkv):
+            if q.dim() != 4 or q.shape[1] != self.n_head or k.shape[1] != self.n_kv_head:
+                raise ValueError(
+                    f"layer {layer}: q {tuple(q.shape)} / k {tuple(k.shape)} do not "
+                    f"match n_head={self.n_head}, n_kv_head={self.n_kv_head}"
+                )
+            out.append(
+                head_features(
+                    q.detach(),
+                    k.detach(),
+                    v.detach(),
+                    self._plan[layer],
+                    self.windows if mass else None,
+                    sample_queries=self.cfg.sample_queries,
+                    seed=self._sample_seed,
+                    base=base,
+                )
+            )
+        return out
+
+    def _index_in_force(self) -> int:
+        """Candidate index of the full window: the smallest candidate >= T, else the widest."""
+        for i, w in enumerate(self.windows):
+            if w >= self.seq_len:
+                return i
+        return len(self.windows) - 1

@@ -1,0 +1,124 @@
+"""Budgeted allocation: per-head windows that keep the most attention mass under a coverage cap.
+
+From each head's measured (EMA'd) mass beyond window m[h, w] (features.py), choose one
+candidate per head over ALL layers minimising sum_h m[h, w_h] subject to the plan's causal
+coverage (aah.attention.coverage(plan, T).causal) <= budget. Greedy: start every head at the
+smallest window; repeatedly take the upgrade (head, wider window) with the largest mass
+saved per extra (query, key) pair that still fits; stop when none fits or saves mass. If
+even all-smallest is over budget it is used anyway and the record says so.
+No window-index EMA here: smoothing indices could break the budget.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from aah.attention import coverage
+from aah.attention.cost import causal_pairs, window_pairs
+from aah.controller.base import QKV, Policy
+from aah.controller.config import ControllerConfig
+from aah.controller.ema import FeatureEMA
+from aah.controller.plan import Plan
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Chosen candidate index per head, with its cost and expected loss."""
+
+    indices: list[int]
+    coverage: float  # causal coverage of the chosen plan
+    lost_mass: float  # mean over heads of the chosen mass beyond window
+    exceeded: bool  # True when even all-smallest is over the budget
+
+
+def pair_cap(budget: float, n_heads: int, seq_len: int) -> int:
+    """Largest total of allowed pairs P with P / (n_heads * T(T+1)/2) <= budget in float math."""
+    denom = n_heads * causal_pairs(seq_len)
+    cap = int(budget * denom)
+    while cap > 0 and cap / denom > budget:
+        cap -= 1
+    while (cap + 1) / denom <= budget:
+        cap += 1
+    return cap
+
+
+def allocate_budget(
+    mass: np.ndarray, windows: Sequence[int], seq_len: int, budget: float
+) -> Allocation:
+    """Greedy allocation described in the module docstring; `mass` is (heads, n_windows)."""
+    mass = np.asarray(mass, dtype=np.float64)
+    n, n_w = mass.shape
+    cost = np.array([window_pairs(int(w), seq_len) for w in windows], dtype=np.int64)
+    cap = pair_cap(budget, n, seq_len)
+    cur = np.zeros(n, dtype=np.int64)
+    total = int(cost[0]) * n
+    exceeded = total > cap
+    rows = np.arange(n)
+    cols = np.arange(n_w)
+    while not exceeded:
+        gain = mass[rows, cur][:, None] - mass
+        extra = cost[None, :] - cost[cur][:, None]
+        ok = (cols[None, :] > cur[:, None]) & (gain > 0) & (total + extra <= cap)
+        if not ok.any():
+            break
+        # Free upgrades (same cost, e.g. two windows >= T) first, then best mass per pair.
+        ratio = np.where(extra > 0, gain / np.maximum(extra, 1), np.inf)
+        flat = int(np.argmax(np.where(ok, ratio, -np.inf)))
+        h, j = divmod(flat, n_w)
+        total += int(extra[h, j])
+        cur[h] = j
+    pairs = int(cost[cur].sum())
+    return Allocation(
+        indices=[int(i) for i in cur],
+        coverage=pairs / (n * causal_pairs(seq_len)),
+        lost_mass=float(mass[rows, cur].mean()),
+        exceeded=exceeded,
+    )
+
+
+class BudgetPolicy(Policy):
+    """Full attention until the first update, then `allocate_budget` on EMA'd mass-beyond-window."""
+
+    name = "budget"
+
+    def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
+        super().__init__(cfg, **dims)
+        self._ema = [FeatureEMA(cfg.feature_ema, cfg.use_feature_ema) for _ in range(self.n_layer)]
+
+    def wants_update(self, step: int) -> bool:
+        return self._on_schedule(step)
+
+    def update(self, step: int, qkv: QKV) -> Plan:
+        t0 = time.perf_counter()
+        feats = self._measure(qkv, base=False, mass=True)
+        mass = [ema.update(f.mass_beyond) for ema, f in zip(self._ema, feats, strict=True)]
+        alloc = allocate_budget(
+            np.concatenate([m.double().numpy() for m in mass]),
+            self.windows,
+            self.seq_len,
+            self.cfg.budget,
+        )
+        idx = alloc.indices
+        h = self.n_head
+        self._plan = [
+            [self.windows[i] for i in idx[l * h : (l + 1) * h]] for l in range(self.n_layer)
+        ]
+        self._extra = {
+            "budget": self.cfg.budget,
+            "coverage": coverage(self._plan, self.seq_len).causal,
+            "expected_lost_mass": alloc.lost_mass,
+            "budget_exceeded": alloc.exceeded,
+        }
+        self.last_update_seconds = time.perf_counter() - t0
+        return self.current_plan()
+
+    def _state(self) -> dict:
+        return {"mass_ema": [e.state_dict() for e in self._ema]}
+
+    def _load(self, state: dict) -> None:
+        for ema, s in zip(self._ema, state["mass_ema"], strict=True):
+            ema.load_state_dict(s)
