@@ -7,6 +7,7 @@ Query i with window w attends keys j with i - w < j <= i; w >= T is full causal 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import torch
@@ -30,7 +31,7 @@ def normalize_windows(windows: Sequence[int] | torch.Tensor, n_heads: int) -> tu
         except TypeError:
             raise ValueError(f"windows must be a sequence of ints, got {windows!r}") from None
         for w in values:
-            if isinstance(w, bool) or not isinstance(w, int):
+            if isinstance(w, bool) or not isinstance(w, numbers.Integral):
                 raise ValueError(f"windows must be ints, got {w!r}")
         values = tuple(int(w) for w in values)
     if len(values) != n_heads:

@@ -21,6 +21,7 @@ from functools import cache
 import torch
 import torch.nn.functional as F
 
+from aah.attention.dense import dense_attention
 from aah.attention.masks import window_mask
 from aah.attention.sdpa_lse import attention_with_lse, attention_with_lse_backward
 
@@ -277,11 +278,20 @@ def banded_attention(
         return F.scaled_dot_product_attention(
             q, k, v, is_causal=True, scale=scale, enable_gqa=k.shape[1] != q.shape[1]
         )
+    if _square_is_cheaper(windows, seq_len):
+        return dense_attention(q, k, v, windows, scale)
     return _BandedWindow.apply(q, k, v, windows, scale)
+
+
+def _square_is_cheaper(windows: tuple[int, ...], seq_len: int) -> bool:
+    """Short sequences: the block layout's fixed tiles would cost more than the T x T square."""
+    return geometry(windows, seq_len).executed() >= seq_len * seq_len
 
 
 def banded_executed(windows: tuple[int, ...], seq_len: int) -> int:
     """Score elements the banded backend computes for these heads (one batch element)."""
     if min(windows) >= seq_len:
         return len(windows) * seq_len * (seq_len + 1) // 2
+    if _square_is_cheaper(windows, seq_len):
+        return len(windows) * seq_len * seq_len
     return len(windows) * geometry(windows, seq_len).executed()

@@ -29,6 +29,22 @@ class Backend:
     check: Callable[[torch.Tensor, bool], None] = _runs_anywhere  # ValueError if it cannot run
 
 
+def _fp32_on_cpu(run: RunFn) -> RunFn:
+    """Run half-precision CPU inputs in fp32, returning q's dtype.
+
+    PyTorch's CPU flash kernel computes its bf16 backward with more than twice the error of
+    plain bf16 math (flash-attention's acceptance rule; see tests/attention), and CPUs gain
+    no speed from half precision here, so the fused backends upcast instead.
+    """
+
+    def wrapped(q, k, v, windows, scale):  # type: ignore[no-untyped-def]
+        if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
+            return run(q.float(), k.float(), v.float(), windows, scale).to(q.dtype)
+        return run(q, k, v, windows, scale)
+
+    return wrapped
+
+
 def _reference(q, k, v, windows, scale):  # type: ignore[no-untyped-def]
     return reference_attention(q, k, v, torch.tensor(windows), scale)
 
@@ -40,8 +56,8 @@ def _full_square(windows: tuple[int, ...], seq_len: int) -> int:
 BACKENDS: dict[str, Backend] = {
     "reference": Backend("reference", _reference, _full_square),
     "dense": Backend("dense", dense_attention, dense_executed),
-    "banded": Backend("banded", banded_attention, banded_executed),
-    "grouped": Backend("grouped", grouped_attention, grouped_executed),
+    "banded": Backend("banded", _fp32_on_cpu(banded_attention), banded_executed),
+    "grouped": Backend("grouped", _fp32_on_cpu(grouped_attention), grouped_executed),
     "flex": Backend("flex", flex_attention_windows, flex_executed, check_flex),
     "flash": Backend("flash", flash_attention_windows, flex_executed, check_flash),
 }
