@@ -1,0 +1,71 @@
+"""The subcommand table: name -> (help, add_arguments(parser), run(args, extra) -> exit code).
+
+Heavy imports (torch, the model) happen inside each command's run, not at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from aah.cli import bench_cmd, eval_cmd, generate_cmd, plan_cmd, train_cmd
+
+AddArgs = Callable[[argparse.ArgumentParser], None]
+Run = Callable[[argparse.Namespace, list[str]], int]
+
+
+def _not_yet(name: str) -> tuple[AddArgs, Run]:
+    def add(p: argparse.ArgumentParser) -> None:
+        p.add_argument("args", nargs="*", help="arguments (reserved)")
+
+    def run(args: argparse.Namespace, extra: list[str]) -> int:
+        print(f"aah {name}: not yet available", file=sys.stderr)
+        return 2
+
+    return add, run
+
+
+def _no_extra(run: Callable[[argparse.Namespace], int]) -> Run:
+    """Adapt a command that takes no pass-through arguments: leftovers are an error."""
+
+    def wrapped(args: argparse.Namespace, extra: list[str]) -> int:
+        if extra:
+            raise ValueError(f"unrecognized arguments: {' '.join(extra)}")
+        return run(args)
+
+    return wrapped
+
+
+COMMANDS: dict[str, tuple[str, AddArgs, Run]] = {
+    "train": (
+        "Train a model (or resume a run) and print its window map.",
+        train_cmd.add_arguments,
+        train_cmd.run,
+    ),
+    "eval": (
+        "Evaluate a run's last checkpoint: val loss, bits per byte, coverage.",
+        eval_cmd.add_arguments,
+        eval_cmd.run,
+    ),
+    "bench": (
+        "Benchmarks: 'training' (tokens/s, full vs windowed plans), 'attention'.",
+        bench_cmd.add_arguments,
+        bench_cmd.run,
+    ),
+    "report": ("Tables and plots over run directories (not yet available).", *_not_yet("report")),
+    "generate": (
+        "Stream text sampled from a run's model, with its per-head KV cache.",
+        generate_cmd.add_generate_arguments,
+        _no_extra(generate_cmd.run_generate),
+    ),
+    "plan": (
+        "Window plans: 'export RUN_DIR' prints the plan in force as JSON.",
+        plan_cmd.add_arguments,
+        plan_cmd.run,
+    ),
+}
+
+EPILOGS = {
+    "train": train_cmd.EPILOG,
+}

@@ -1,0 +1,95 @@
+"""`aah train`: build the config (TOML + dotted overrides), train or resume, print the result."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from aah.cli.overrides import parse_overrides
+
+EPILOG = """\
+config:
+  --config FILE.toml    sections [model] [train] [data] [controller], keys = dataclass fields
+  --SECTION.KEY VALUE   override one field, e.g. --model.n_layer 6 --train.max_steps 200
+                        --controller.policy budget --controller.windows 128,256,512
+resume:
+  aah train --resume RUN_DIR [--train.max_steps N]   continue exactly where it stopped
+  (only train.max_steps and logging/eval/checkpoint cadence, device, threads may change;
+  to extend a run exactly, set train.decay_steps to the final length from the start)
+exit codes: 0 done, 2 bad config, 130 stopped by Ctrl-C after writing a checkpoint
+distributed: torchrun --nproc_per_node N -m aah train ... (gloo on CPU, nccl on CUDA)
+"""
+
+#: fields that may change on --resume without breaking the run's continuity.
+RESUMABLE = {
+    "train.max_steps",
+    "train.eval_interval",
+    "train.eval_batches",
+    "train.log_interval",
+    "train.checkpoint_interval",
+    "train.device",
+    "train.threads",
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE.toml", help="TOML config file")
+    p.add_argument("--out", metavar="RUN_DIR", help="run directory (default runs/<time>-<policy>)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def resolve_config(args: argparse.Namespace, extra: list[str]):  # -> RunConfig
+    from aah.train.run_config import RunConfig
+
+    overrides = parse_overrides(extra)
+    if args.resume:
+        if args.config:
+            raise ValueError("--config cannot be combined with --resume (the run has its config)")
+        config = RunConfig.from_toml(Path(args.resume) / "config.toml")
+        before = _flat(config)
+        config.override(overrides)
+        changed = sorted(k for k, v in _flat(config).items() if before[k] != v)
+        frozen = [k for k in changed if k not in RESUMABLE]
+        if frozen:
+            raise ValueError(f"cannot change {', '.join(frozen)} when resuming")
+    else:
+        config = RunConfig.from_toml(args.config) if args.config else RunConfig()
+        config.override(overrides)
+    return config.validate()
+
+
+def _flat(config) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    return {f"{s}.{k}": v for s, values in config.to_dict().items() for k, v in values.items()}
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
+    config = resolve_config(args, extra)
+    if args.resume and args.out and Path(args.out) != Path(args.resume):
+        raise ValueError("--out cannot differ from --resume")
+    run_dir = Path(args.resume or args.out or default_run_dir(config.controller.policy))
+    from aah.cli.report import print_summary
+    from aah.train.loop import train
+
+    if os.environ.get("RANK", "0") == "0":
+        print(f"run: {run_dir}  (policy {config.controller.policy}, T = {config.seq_len}, "
+              f"{config.train.max_steps} steps)", flush=True)  # fmt: skip
+    result = train(config, run_dir, resume=bool(args.resume), progress=not args.no_progress)
+    if not result.is_main:
+        return 130 if result.interrupted else 0
+    if result.interrupted:
+        print(
+            f"stopped: checkpoint written to {run_dir / 'checkpoints' / 'last.pt'}; "
+            f"continue with: aah train --resume {run_dir}"
+        )
+        return 130
+    run_dir = result.run_dir
+    print_summary(run_dir, result.summary or {}, result.plan, config.seq_len)
+    print(f"next: aah eval {run_dir} --json   |   aah plan export {run_dir}")
+    return 0
+
+
+def default_run_dir(policy: str) -> str:
+    return str(Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{policy}")

@@ -1,0 +1,91 @@
+"""Evaluation: validation loss and bits per byte, cost diagnostics of a plan, peak memory.
+
+Byte tokens make bits per byte exactly `val_loss / ln 2` (loss in nats per byte).
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from aah.attention import coverage, executed_elements
+from aah.attention.cost import causal_pairs
+from aah.data import eval_batches
+
+EXECUTED_BACKENDS = ("grouped", "banded", "dense")
+
+
+@torch.no_grad()
+def evaluate_loss(
+    model: nn.Module,
+    tokens: np.ndarray,
+    *,
+    batch_size: int,
+    seq_len: int,
+    max_batches: int | None = None,
+    device: torch.device | str = "cpu",
+    autocast_dtype: torch.dtype | None = None,
+) -> dict[str, float]:
+    """Mean next-byte loss over deterministic validation windows, bpb, and forward tokens/s."""
+    was_training = model.training
+    model.eval()
+    device = torch.device(device)
+    total, count = 0.0, 0
+    start = time.perf_counter()
+    try:
+        for x, y in eval_batches(tokens, batch_size, seq_len, max_batches):
+            x, y = x.to(device), y.to(device)
+            with torch.autocast(
+                device.type,
+                dtype=autocast_dtype or torch.float32,
+                enabled=autocast_dtype is not None,
+            ):
+                logits = model(x)
+            loss = F.cross_entropy(
+                logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum"
+            )
+            total += float(loss)
+            count += y.numel()
+    finally:
+        model.train(was_training)
+    seconds = time.perf_counter() - start
+    val_loss = total / max(count, 1)
+    return {
+        "val_loss": val_loss,
+        "val_bpb": val_loss / math.log(2),
+        "eval_tokens": count,
+        "eval_tokens_per_s": count / seconds if seconds > 0 else float("nan"),
+    }
+
+
+def plan_diagnostics(plan: list[list[int]], seq_len: int) -> dict[str, Any]:
+    """ACR, causal coverage and executed ratio (METHOD.md section 3) of a [layer][head] plan.
+
+    The executed ratio is for the first backend in EXECUTED_BACKENDS that is available here.
+    """
+    cov = coverage(plan, seq_len)
+    n_heads = sum(len(row) for row in plan)
+    out: dict[str, Any] = {"acr": cov.acr, "causal_coverage": cov.causal}
+    for backend in EXECUTED_BACKENDS:
+        try:
+            executed = sum(executed_elements(backend, row, seq_len) for row in plan)
+        except ValueError:
+            continue
+        out["executed_ratio"] = executed / (n_heads * causal_pairs(seq_len))
+        out["executed_backend"] = backend
+        break
+    return out
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process in MiB (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024

@@ -1,0 +1,72 @@
+"""`GPTConfig`: the decoder's shape and options, validated with errors that name the field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+POSITIONS = ("rope", "learned", "none")
+ATTENTIONS = ("softmax",)
+NORMS = ("rmsnorm", "layernorm")
+
+
+@dataclass
+class GPTConfig:
+    """Shape of a pre-norm byte-level decoder.
+
+    `n_kv_head` < `n_head` gives GQA (1 gives MQA); `max_seq_len` is also the training length.
+    `backend` is the `aah.attention.windowed_attention` backend name.
+    """
+
+    vocab_size: int = 256
+    n_layer: int = 4
+    n_head: int = 8
+    n_kv_head: int = 8
+    d_model: int = 256
+    d_ff: int = 0  # 0 means 4 * d_model
+    max_seq_len: int = 1024
+    position: str = "rope"
+    rope_base: float = 10000.0
+    attention: str = "softmax"
+    norm: str = "rmsnorm"
+    dropout: float = 0.0
+    backend: str = "auto"
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    @property
+    def ff_dim(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+    def validate(self) -> GPTConfig:
+        """Raise ValueError naming the first bad field; return self for chaining."""
+        for name in ("vocab_size", "n_layer", "n_head", "n_kv_head", "d_model", "max_seq_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"model.{name} must be a positive int, got {value!r}")
+        if isinstance(self.d_ff, bool) or not isinstance(self.d_ff, int) or self.d_ff < 0:
+            raise ValueError(f"model.d_ff must be an int >= 0 (0 = 4 * d_model), got {self.d_ff!r}")
+        if self.d_model % self.n_head:
+            raise ValueError(
+                f"model.d_model ({self.d_model}) must be divisible by model.n_head ({self.n_head})"
+            )
+        if self.n_head % self.n_kv_head:
+            raise ValueError(
+                f"model.n_kv_head ({self.n_kv_head}) must divide model.n_head ({self.n_head})"
+            )
+        if self.position not in POSITIONS:
+            raise ValueError(f"model.position must be one of {POSITIONS}, got {self.position!r}")
+        if self.position == "rope" and self.head_dim % 2:
+            raise ValueError(f"model.position 'rope' needs an even head dim, got {self.head_dim}")
+        if not self.rope_base > 1.0:
+            raise ValueError(f"model.rope_base must be > 1, got {self.rope_base!r}")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"model.attention must be one of {ATTENTIONS}, got {self.attention!r}")
+        if self.norm not in NORMS:
+            raise ValueError(f"model.norm must be one of {NORMS}, got {self.norm!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+        if not isinstance(self.backend, str) or not self.backend:
+            raise ValueError(f"model.backend must be a backend name, got {self.backend!r}")
+        return self

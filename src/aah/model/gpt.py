@@ -1,0 +1,189 @@
+"""`GPT`: a pre-norm decoder whose attention heads each see their own causal window.
+
+Shapes: B batch, T sequence, V vocab, C d_model, Hq query heads, Hkv key/value heads, D head dim.
+Pure model code: no I/O. The window plan is plain data, `[layer][head] -> int`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from aah.attention import windowed_attention
+from aah.model.config import GPTConfig
+from aah.model.positions import NoPosition, make_position
+
+QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def make_norm(config: GPTConfig) -> nn.Module:
+    if config.norm == "layernorm":
+        return nn.LayerNorm(config.d_model, bias=False)
+    return nn.RMSNorm(config.d_model, eps=1e-6)
+
+
+class Attention(nn.Module):
+    """Shared QKV projection, per-head windowed causal attention, flat concat, projection."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.n_head = config.n_head
+        self.n_kv_head = config.n_kv_head
+        self.head_dim = config.head_dim
+        self.backend = config.backend
+        width = (config.n_head + 2 * config.n_kv_head) * config.head_dim
+        self.qkv = nn.Linear(config.d_model, width, bias=False)
+        self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.dropout = nn.Dropout(config.dropout)
+        self.windows: tuple[int, ...] = (config.max_seq_len,) * config.n_head
+
+    def forward(self, x: torch.Tensor, position: NoPosition) -> tuple[torch.Tensor, QKV]:
+        b, t, _ = x.shape
+        hq, hkv, d = self.n_head, self.n_kv_head, self.head_dim
+        q, k, v = self.qkv(x).split([hq * d, hkv * d, hkv * d], dim=-1)
+        q = q.view(b, t, hq, d).transpose(1, 2)  # (B, Hq, T, D)
+        k = k.view(b, t, hkv, d).transpose(1, 2)  # (B, Hkv, T, D)
+        v = v.view(b, t, hkv, d).transpose(1, 2)
+        q, k = position.rotate(q, k)
+        # K/V stay at Hkv heads: windowed_attention maps query head h to kv head h // (Hq/Hkv).
+        y = windowed_attention(q, k, v, self.windows, backend=self.backend)
+        y = y.transpose(1, 2).reshape(b, t, hq * d)
+        return self.dropout(self.proj(y)), (q, k, v)
+
+    def project(self, x: torch.Tensor, position: NoPosition, offset: int = 0) -> QKV:
+        """q (B, Hq, T, D), k and v (B, Hkv, T, D) of x (B, T, C) at positions offset.. after
+        the position transform: what cached decoding feeds its KV cache."""
+        b, t, _ = x.shape
+        hq, hkv, d = self.n_head, self.n_kv_head, self.head_dim
+        q, k, v = self.qkv(x).split([hq * d, hkv * d, hkv * d], dim=-1)
+        q = q.view(b, t, hq, d).transpose(1, 2)
+        k = k.view(b, t, hkv, d).transpose(1, 2)
+        v = v.view(b, t, hkv, d).transpose(1, 2)
+        q, k = position.rotate(q, k, offset)
+        return q, k, v
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(config.d_model, config.ff_dim, bias=False)
+        self.down = nn.Linear(config.ff_dim, config.d_model, bias=False)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.down(F.gelu(self.up(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.norm1 = make_norm(config)
+        self.attn = Attention(config)
+        self.norm2 = make_norm(config)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, position: NoPosition) -> tuple[torch.Tensor, QKV]:
+        a, qkv = self.attn(self.norm1(x), position)
+        x = x + a
+        return x + self.mlp(self.norm2(x)), qkv
+
+
+class GPT(nn.Module):
+    """Byte-level decoder with tied embeddings and a per-layer, per-head window plan.
+
+    `forward(idx)` -> logits (B, T, V); with `capture_qkv=True` -> (logits, [(q, k, v)] per
+    layer), detached, q and k after the position transform (what the controller reads).
+    """
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config.validate()
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.position = make_position(config)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.norm = make_norm(config)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """GPT-2 style init: N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layer)."""
+        std = 0.02
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+        for block in self.blocks:
+            for proj in (block.attn.proj, block.mlp.down):
+                nn.init.normal_(proj.weight, mean=0.0, std=std / math.sqrt(2 * self.config.n_layer))
+        for param in self.position.parameters():
+            nn.init.normal_(param, mean=0.0, std=std)
+
+    def forward(
+        self, idx: torch.Tensor, *, capture_qkv: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, list[QKV]]:
+        if idx.dim() != 2:
+            raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
+        t = idx.shape[1]
+        if t > self.config.max_seq_len:
+            raise ValueError(
+                f"sequence length {t} exceeds model.max_seq_len {self.config.max_seq_len}"
+            )
+        x = self.embed(idx)  # (B, T, C)
+        pos = self.position.embed(t, idx.device)
+        if pos is not None:
+            x = x + pos
+        x = self.drop(x)
+        captured: list[QKV] = []
+        for block in self.blocks:
+            x, qkv = block(x, self.position)
+            if capture_qkv:
+                captured.append(tuple(t_.detach() for t_ in qkv))  # type: ignore[arg-type]
+        logits = F.linear(self.norm(x), self.embed.weight)  # tied: (B, T, V)
+        return (logits, captured) if capture_qkv else logits
+
+    def set_window_plan(self, plan: Sequence[Sequence[int]]) -> None:
+        """Set per-layer, per-head windows (ints >= 1; w >= T is full causal)."""
+        n_layer, n_head = self.config.n_layer, self.config.n_head
+        try:
+            layers = [list(row) for row in plan]
+        except TypeError:
+            raise ValueError(
+                f"plan must be a list per layer of per-head ints, got {plan!r}"
+            ) from None
+        if len(layers) != n_layer:
+            raise ValueError(f"plan has {len(layers)} layers, the model has {n_layer}")
+        for i, row in enumerate(layers):
+            if len(row) != n_head:
+                raise ValueError(
+                    f"plan layer {i} has {len(row)} windows, the model has {n_head} heads"
+                )
+            for w in row:
+                if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+                    raise ValueError(f"plan layer {i}: every window must be an int >= 1, got {w!r}")
+        for block, row in zip(self.blocks, layers, strict=True):
+            block.attn.windows = tuple(int(w) for w in row)
+
+    def window_plan(self) -> list[list[int]]:
+        """The plan in force, `[layer][head]`."""
+        return [list(block.attn.windows) for block in self.blocks]
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+    ) -> torch.Tensor:
+        """(B, T + max_new_tokens) tokens: the prompt, then tokens decoded with a per-head KV
+        cache; see `aah.model.generate.generate` for the contract."""
+        from aah.model.generate import generate  # lazy: decoding code loads only when used
+
+        return generate(self, idx, max_new_tokens, temperature, top_k, top_p, seed)

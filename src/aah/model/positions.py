@@ -1,0 +1,74 @@
+"""Position schemes behind one small interface, so new ones plug in by name.
+
+A scheme may add an input embedding (`embed`) and/or transform q and k (`rotate`).
+Shapes: q (B, Hq, T, D), k (B, Hkv, T, D).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from aah.model.config import GPTConfig
+
+
+class NoPosition(nn.Module):
+    """No explicit positions: causal masking alone carries order (NoPE)."""
+
+    def embed(self, seq_len: int, device: torch.device, offset: int = 0) -> torch.Tensor | None:
+        """Embedding of positions offset .. offset + seq_len - 1 (offset: cached decoding)."""
+        return None
+
+    def rotate(
+        self, q: torch.Tensor, k: torch.Tensor, offset: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q and k at positions offset .. offset + T - 1 (offset: cached decoding)."""
+        return q, k
+
+
+class LearnedPosition(NoPosition):
+    """A learned absolute embedding per position, added to the token embedding."""
+
+    def __init__(self, max_seq_len: int, d_model: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(max_seq_len, d_model))
+
+    def embed(self, seq_len: int, device: torch.device, offset: int = 0) -> torch.Tensor | None:
+        return self.weight[offset : offset + seq_len]
+
+
+class RotaryPosition(NoPosition):
+    """Rotary embedding (rotate-half form) applied to q and k inside every attention layer."""
+
+    def __init__(self, max_seq_len: int, head_dim: int, base: float) -> None:
+        super().__init__()
+        inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq)
+        angles = torch.cat([angles, angles], dim=-1)  # (T, D)
+        # Non-persistent: derived from the config, so checkpoints stay small and exact.
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def _rope(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        seq_len = x.shape[-2]
+        cos = self.cos[offset : offset + seq_len].to(x.dtype)
+        sin = self.sin[offset : offset + seq_len].to(x.dtype)
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
+
+    def rotate(
+        self, q: torch.Tensor, k: torch.Tensor, offset: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._rope(q, offset), self._rope(k, offset)
+
+
+def make_position(config: GPTConfig) -> NoPosition:
+    """The position scheme named by `config.position`."""
+    if config.position == "rope":
+        return RotaryPosition(config.max_seq_len, config.head_dim, config.rope_base)
+    if config.position == "learned":
+        return LearnedPosition(config.max_seq_len, config.d_model)
+    if config.position == "none":
+        return NoPosition()
+    raise ValueError(f"model.position {config.position!r} is not a known position scheme")

@@ -1,0 +1,75 @@
+"""`TrainConfig`: optimisation, logging and checkpoint cadence, validated field by field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("float32", "bfloat16", "auto")
+
+
+@dataclass
+class TrainConfig:
+    """How to train. The training sequence length is `model.max_seq_len`.
+
+    Learning rate: linear warm-up over `warmup_steps`, then cosine decay to `min_lr` over
+    `decay_steps` (0 = `max_steps`). To extend a run later with `--resume` exactly as if it
+    had been one run, set `decay_steps` to the final length up front.
+    Intervals are in optimizer steps; 0 disables periodic eval/checkpoints (the final step
+    always evaluates and checkpoints). `threads` 0 leaves torch's default. `dtype` "auto" is
+    bfloat16 autocast on CUDA and float32 on CPU.
+    """
+
+    max_steps: int = 200
+    batch_size: int = 8
+    grad_accum: int = 1
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 20
+    decay_steps: int = 0
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    eval_interval: int = 50
+    eval_batches: int = 8
+    log_interval: int = 10
+    checkpoint_interval: int = 100
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "float32"
+    threads: int = 0
+
+    def validate(self) -> TrainConfig:
+        """Raise ValueError naming the first bad field; return self."""
+        positive = ("max_steps", "batch_size", "grad_accum", "eval_batches", "log_interval")
+        non_negative = (
+            "warmup_steps",
+            "decay_steps",
+            "eval_interval",
+            "checkpoint_interval",
+            "seed",
+            "threads",
+        )
+        for name in positive + non_negative:
+            value = getattr(self, name)
+            low = 1 if name in positive else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"train.{name} must be an int >= {low}, got {value!r}")
+        for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"train.{name} must be a number >= 0, got {value!r}")
+        if self.lr <= 0:
+            raise ValueError(f"train.lr must be > 0, got {self.lr!r}")
+        if self.min_lr > self.lr:
+            raise ValueError(f"train.min_lr ({self.min_lr}) must not exceed train.lr ({self.lr})")
+        for name in ("beta1", "beta2"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"train.{name} must be in [0, 1), got {value!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"train.device must be one of {DEVICES}, got {self.device!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"train.dtype must be one of {DTYPES}, got {self.dtype!r}")
+        return self

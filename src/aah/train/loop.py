@@ -1,0 +1,282 @@
+"""The training loop: AdamW, warm-up + cosine LR, accumulation, clipping, control updates,
+periodic eval, JSONL metrics, atomic checkpoints, exact resume, graceful stop, and DDP.
+
+Step numbering: `step` counts completed optimizer steps. A metrics line for step n is
+written after the n-th optimizer step. The controller is asked `wants_update(s)` before the
+step that starts with s steps done; if yes, that step's first forward captures Q/K/V and
+`policy.update(s, qkv)` runs after the optimizer step, so the new plan is in force from
+step s + 1. Only rank 0 runs the controller; the plan is broadcast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from aah.controller import make_policy
+from aah.data import BatchLoader, TokenSplits, load_tokens
+from aah.eval import records
+from aah.model import GPT
+from aah.train import distributed as dist_util
+from aah.train.checkpoint import load_checkpoint, save_checkpoint
+from aah.train.metrics import eval_record, log_record, summary_record, wall_seconds
+from aah.train.run_config import RunConfig
+from aah.train.schedule import learning_rate
+from aah.train.session import Counters, build_optimizer, checkpoint_payload, restore
+from aah.train.signals import StopRequest
+
+#: metrics keys that measure time; everything else is a pure function of config and seed.
+TIMING_KEYS = ("tokens_per_s", "ctrl_s", "ctrl_share", "elapsed_s", "eval_tokens_per_s")
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    summary: dict[str, Any] | None  # None when stopped early
+    plan: list[list[int]]
+    interrupted: bool
+    is_main: bool
+
+
+def _load_data(config: RunConfig, info: dist_util.DistInfo, progress: bool) -> TokenSplits:
+    # Rank 0 fills the token cache first; the others then read it.
+    if info.is_main:
+        splits = load_tokens(config.data, progress=progress)
+    if info.enabled:
+        torch.distributed.barrier()
+    if not info.is_main:
+        splits = load_tokens(config.data)
+    return splits
+
+
+def train(
+    config: RunConfig, run_dir: str | Path, *, resume: bool = False, progress: bool = True
+) -> TrainResult:
+    """Train (or resume) the run in `run_dir`; see the module docstring for the contract."""
+    config.validate()
+    info, device = dist_util.setup(config.train.device)
+    try:
+        # Every rank uses rank 0's directory (a default name holds a timestamp).
+        run_dir = Path(dist_util.broadcast_object(info, str(run_dir)))
+        if not resume and (run_dir / records.CONFIG).exists():
+            raise ValueError(f"run directory {str(run_dir)!r} already holds a run; use --resume")
+        return _train(config, run_dir, resume, progress, info, device)
+    finally:
+        dist_util.teardown(info)
+
+
+def _train(
+    config: RunConfig,
+    run_dir: Path,
+    resume: bool,
+    progress: bool,
+    info: dist_util.DistInfo,
+    device: torch.device,
+) -> TrainResult:
+    cfg, seq_len = config.train, config.seq_len
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    wall_start = time.perf_counter()
+    payload = load_checkpoint(run_dir / records.CHECKPOINT) if resume else None
+    splits = _load_data(config, info, progress and info.is_main)
+    torch.manual_seed(cfg.seed)
+    model = GPT(config.model).to(device)
+    mc = config.model
+    policy = make_policy(
+        config.controller,
+        n_layer=mc.n_layer,
+        n_head=mc.n_head,
+        n_kv_head=mc.n_kv_head,
+        seq_len=seq_len,
+    )
+    model.set_window_plan(policy.initial_plan())
+    optimizer = build_optimizer(model, cfg)
+    loader = BatchLoader(
+        splits.train,
+        cfg.batch_size,
+        seq_len,
+        seed=cfg.seed,
+        rank=info.rank,
+        world_size=info.world_size,
+    )
+    torch.manual_seed(cfg.seed + 1 + info.rank)  # training-time randomness (dropout), per rank
+    counters = Counters()
+    if payload is not None:
+        counters = restore(payload, model, optimizer, policy, loader, info)
+    if info.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        records.write_text_atomic(run_dir / records.CONFIG, config.to_toml())
+        if payload is None:
+            records.write_text_atomic(run_dir / records.METRICS, "")
+            records.write_text_atomic(run_dir / records.PLANS, "")
+            records.append_jsonl(run_dir / records.PLANS, policy.record(0))
+        else:  # forget what was logged after the checkpoint we resume from
+            records.truncate_after(run_dir / records.METRICS, counters.step)
+            # A plan record of step s is written after step s + 1 completed.
+            records.truncate_after(run_dir / records.PLANS, counters.step, inclusive=False)
+    net: torch.nn.Module = model
+    if info.enabled:
+        net = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+    amp = autocast_dtype(cfg.dtype, device)
+    bar = tqdm(
+        total=cfg.max_steps,
+        initial=counters.step,
+        disable=not (progress and info.is_main),
+        dynamic_ncols=True,
+        leave=False,
+        desc="train",
+    )
+    window = {"tokens": 0, "seconds": 0.0, "ctrl": 0.0}
+    saved_at = counters.step if payload is not None else -1
+    interrupted = False
+    last: dict[str, Any] = {}
+    with StopRequest() as stop:
+        while counters.step < cfg.max_steps:
+            s = counters.step
+            want = bool(policy.wants_update(s)) if info.is_main else False
+            stop_now, want = _sync_flags(info, device, stop.requested, want)
+            if stop_now:
+                interrupted = True
+                break
+            t0 = time.perf_counter()
+            lr = learning_rate(s, cfg)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            step_loss, captured = 0.0, None
+            for micro in range(cfg.grad_accum):
+                x, y = (t.to(device, non_blocking=True) for t in loader.next_batch())
+                capture = want and micro == 0
+                sync = not info.enabled or micro == cfg.grad_accum - 1
+                ctx = contextlib.nullcontext() if sync else net.no_sync()
+                with ctx:
+                    with torch.autocast(
+                        device.type, dtype=amp or torch.float32, enabled=amp is not None
+                    ):
+                        out = net(x, capture_qkv=capture)
+                    logits, captured = out if capture else (out, captured)
+                    loss = F.cross_entropy(
+                        logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1)
+                    )
+                    (loss / cfg.grad_accum).backward()
+                step_loss += float(loss.detach()) / cfg.grad_accum
+            if cfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            ctrl_s = _control(policy, model, info, s, captured, run_dir) if want else 0.0
+            step_s = time.perf_counter() - t0
+            n = s + 1
+            step_tokens = cfg.batch_size * seq_len * cfg.grad_accum * info.world_size
+            counters.step, counters.tokens = n, counters.tokens + step_tokens
+            counters.loss_sum += step_loss
+            counters.loss_count += 1
+            counters.train_seconds += step_s
+            counters.ctrl_seconds += ctrl_s
+            counters.ctrl_updates += int(want)
+            window["tokens"] += step_tokens
+            window["seconds"] += step_s
+            window["ctrl"] += ctrl_s
+            bar.update(1)
+            is_eval = (cfg.eval_interval and n % cfg.eval_interval == 0) or n == cfg.max_steps
+            if n % cfg.log_interval == 0 or is_eval:
+                # A line forced by eval/the last step keeps the loss average running, so a
+                # resumed run's later lines equal those of an uninterrupted one.
+                record = log_record(
+                    counters,
+                    lr,
+                    window,
+                    model,
+                    seq_len,
+                    info,
+                    device,
+                    reset=n % cfg.log_interval == 0,
+                )
+                if is_eval and info.is_main:
+                    record.update(eval_record(model, splits, cfg, seq_len, device, amp))
+                if info.is_main:
+                    records.append_jsonl(run_dir / records.METRICS, record)
+                    bar.set_postfix(
+                        loss=f"{record['train_loss']:.3f}",
+                        tok_s=f"{record['tokens_per_s']:.0f}",
+                        acr=f"{record['acr']:.2f}",
+                    )
+                last.update(record)
+                window = {"tokens": 0, "seconds": 0.0, "ctrl": 0.0}
+            if (cfg.checkpoint_interval and n % cfg.checkpoint_interval == 0) or n == cfg.max_steps:
+                _checkpoint(
+                    config, model, optimizer, policy, loader, counters, info, run_dir, wall_start
+                )
+                saved_at = n
+        if interrupted and saved_at != counters.step:
+            _checkpoint(
+                config, model, optimizer, policy, loader, counters, info, run_dir, wall_start
+            )
+    bar.close()
+    summary = None
+    if not interrupted and info.is_main:
+        if "val_loss" not in last:  # resumed at its last step: nothing ran, evaluate anyway
+            last.update(eval_record(model, splits, cfg, seq_len, device, amp))
+        summary = summary_record(config, model, counters, last, info, splits, wall_start)
+        records.write_json(run_dir / records.SUMMARY, summary)
+    return TrainResult(run_dir, summary, model.window_plan(), interrupted, info.is_main)
+
+
+def autocast_dtype(name: str, device: torch.device) -> torch.dtype | None:
+    """None for plain float32; bfloat16 when asked, or for "auto" on CUDA."""
+    if name == "bfloat16" or (name == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+def _sync_flags(
+    info: dist_util.DistInfo, device: torch.device, stop: bool, want: bool
+) -> tuple[bool, bool]:
+    """Every rank agrees on stopping and on capturing: one tiny all-reduce per step."""
+    if not info.enabled:
+        return stop, want
+    flags = torch.tensor([int(stop), int(want)], dtype=torch.int32, device=device)
+    torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
+    return bool(flags[0]), bool(flags[1])
+
+
+def _control(
+    policy: Any, model: GPT, info: dist_util.DistInfo, s: int, captured: list | None, run_dir: Path
+) -> float:
+    start = time.perf_counter()
+    if captured is not None:  # the controller reads float32, whatever the autocast dtype
+        captured = [tuple(t.float() for t in qkv) for qkv in captured]
+    plan = policy.update(s, captured) if info.is_main else None
+    plan = dist_util.broadcast_object(info, plan)
+    model.set_window_plan(plan)
+    seconds = time.perf_counter() - start
+    if info.is_main:
+        records.append_jsonl(run_dir / records.PLANS, policy.record(s))
+    return seconds
+
+
+def _checkpoint(
+    config: RunConfig,
+    model: GPT,
+    optimizer: torch.optim.Optimizer,
+    policy: Any,
+    loader: BatchLoader,
+    counters: Counters,
+    info: dist_util.DistInfo,
+    run_dir: Path,
+    wall_start: float,
+) -> None:
+    prior = counters.wall_seconds
+    # The stored total becomes the prior wall time of a resumed run.
+    counters.wall_seconds = wall_seconds(counters, wall_start)
+    payload = checkpoint_payload(config, model, optimizer, policy, loader, counters, info)
+    counters.wall_seconds = prior
+    if payload is not None:
+        save_checkpoint(run_dir / records.CHECKPOINT, payload)

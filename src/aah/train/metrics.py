@@ -1,0 +1,110 @@
+"""What the loop writes: metrics lines, eval results, the final summary (pure of file I/O)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from aah.data import TokenSplits
+from aah.eval.evaluate import evaluate_loss, peak_rss_mb, plan_diagnostics
+from aah.model import GPT
+from aah.train import distributed as dist_util
+from aah.train.run_config import RunConfig
+from aah.train.session import Counters
+
+
+def log_record(
+    counters: Counters,
+    lr: float,
+    window: dict[str, float],
+    model: GPT,
+    seq_len: int,
+    info: dist_util.DistInfo,
+    device: torch.device,
+    *,
+    reset: bool,
+) -> dict[str, Any]:
+    train_loss = dist_util.mean_across(info, counters.loss_sum / counters.loss_count, device)
+    if reset:
+        counters.loss_sum, counters.loss_count = 0.0, 0
+    diag = plan_diagnostics(model.window_plan(), seq_len)
+    seconds = window["seconds"]
+    return {
+        "step": counters.step,
+        "train_loss": train_loss,
+        "lr": lr,
+        "tokens": counters.tokens,
+        "acr": diag["acr"],
+        "causal_coverage": diag["causal_coverage"],
+        "tokens_per_s": window["tokens"] / seconds if seconds > 0 else 0.0,
+        "ctrl_s": window["ctrl"],
+        "ctrl_share": window["ctrl"] / seconds if seconds > 0 else 0.0,
+    }
+
+
+def eval_record(
+    model: GPT,
+    splits: TokenSplits,
+    cfg: Any,
+    seq_len: int,
+    device: torch.device,
+    amp: torch.dtype | None,
+) -> dict[str, Any]:
+    ev = evaluate_loss(
+        model,
+        splits.val,
+        batch_size=cfg.batch_size,
+        seq_len=seq_len,
+        max_batches=cfg.eval_batches,
+        device=device,
+        autocast_dtype=amp,
+    )
+    return {
+        "val_loss": ev["val_loss"],
+        "val_bpb": ev["val_bpb"],
+        "eval_tokens_per_s": ev["eval_tokens_per_s"],
+    }
+
+
+def wall_seconds(counters: Counters, wall_start: float) -> float:
+    """Wall seconds over this invocation and every earlier one of the same run."""
+    return counters.wall_seconds + time.perf_counter() - wall_start
+
+
+def summary_record(
+    config: RunConfig,
+    model: GPT,
+    counters: Counters,
+    last: dict[str, Any],
+    info: dist_util.DistInfo,
+    splits: TokenSplits,
+    wall_start: float,
+) -> dict[str, Any]:
+    diag = plan_diagnostics(model.window_plan(), config.seq_len)
+    train_s = counters.train_seconds
+    return {
+        "val_loss": last.get("val_loss"),
+        "val_bpb": last.get("val_bpb"),
+        "acr": diag["acr"],
+        "causal_coverage": diag["causal_coverage"],
+        "executed_ratio": diag.get("executed_ratio"),
+        "executed_backend": diag.get("executed_backend"),
+        "train_tokens_per_s": counters.tokens / train_s if train_s > 0 else 0.0,
+        "eval_tokens_per_s": last.get("eval_tokens_per_s"),
+        "ctrl_s": counters.ctrl_seconds,
+        "ctrl_share": counters.ctrl_seconds / train_s if train_s > 0 else 0.0,
+        "peak_rss_mb": peak_rss_mb(),
+        "seed": config.train.seed,
+        "policy": config.controller.policy,
+        "world_size": info.world_size,
+        "steps": counters.step,
+        "tokens": counters.tokens,
+        "wall_s": wall_seconds(counters, wall_start),
+        "train_s": train_s,
+        "n_params": model.num_params(),
+        "seq_len": config.seq_len,
+        "corpus": splits.name,
+        "backend": config.model.backend,
+    }

@@ -1,0 +1,102 @@
+"""`RunConfig`: the four config sections of a run, mapped 1:1 onto TOML and CLI overrides.
+
+TOML: sections `[model]`, `[train]`, `[data]`, `[controller]`, keys = dataclass fields.
+Overrides: `section.key=value` strings parsed by the field's type. Unknown sections, unknown
+keys and bad values raise ValueError naming them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from aah.controller import ControllerConfig
+from aah.data import DataConfig
+from aah.model.config import GPTConfig
+from aah.train.config import TrainConfig
+from aah.train.fields import coerce, field_types
+from aah.train.toml_writer import dumps_toml
+
+SECTIONS: dict[str, type] = {
+    "model": GPTConfig,
+    "train": TrainConfig,
+    "data": DataConfig,
+    "controller": ControllerConfig,
+}
+
+
+@dataclass
+class RunConfig:
+    model: GPTConfig = field(default_factory=GPTConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+
+    @property
+    def seq_len(self) -> int:
+        return self.model.max_seq_len
+
+    def validate(self) -> RunConfig:
+        """Validate every section (ValueError names the field)."""
+        self.model.validate()
+        self.train.validate()
+        self.data.validate()
+        self.controller.validate(self.seq_len)
+        return self
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+
+    def to_toml(self) -> str:
+        return dumps_toml(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "config") -> RunConfig:
+        """Build from `{section: {key: value}}`; unknown names and bad types raise ValueError."""
+        config = cls()
+        unknown = [name for name in data if name not in SECTIONS]
+        if unknown:
+            raise ValueError(
+                f"{source}: unknown section(s) {', '.join(map(repr, unknown))}; "
+                f"known: {', '.join(SECTIONS)}"
+            )
+        for name, values in data.items():
+            if not isinstance(values, dict):
+                raise ValueError(f"{source}: {name!r} must be a [{name}] table")
+            for key, value in values.items():
+                config.set(f"{name}.{key}", value, from_text=False)
+        return config
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> RunConfig:
+        path = Path(path)
+        try:
+            with path.open("rb") as handle:
+                data = tomllib.load(handle)
+        except FileNotFoundError:
+            raise ValueError(f"config file {str(path)!r} does not exist") from None
+        except tomllib.TOMLDecodeError as err:
+            raise ValueError(f"config file {str(path)!r} is not valid TOML: {err}") from None
+        return cls.from_dict(data, source=str(path))
+
+    def set(self, dotted: str, value: Any, *, from_text: bool = True) -> None:
+        """Set `section.key` to `value`, parsed by the field's type."""
+        section, _, key = dotted.partition(".")
+        if section not in SECTIONS or not key:
+            raise ValueError(
+                f"unknown config key {dotted!r}: use section.key with section one of "
+                f"{', '.join(SECTIONS)}"
+            )
+        types = field_types(SECTIONS[section])
+        if key not in types:
+            raise ValueError(f"unknown config key {dotted!r}; [{section}] keys: {', '.join(types)}")
+        setattr(getattr(self, section), key, coerce(value, types[key], dotted, from_text=from_text))
+
+    def override(self, pairs: list[tuple[str, str]]) -> RunConfig:
+        for dotted, text in pairs:
+            self.set(dotted, text, from_text=True)
+        return self

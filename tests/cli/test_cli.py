@@ -1,0 +1,171 @@
+"""The `aah` command line: help, config errors, train -> eval --json -> plan export -> load."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import aah
+from aah.cli import main
+
+SUBCOMMANDS = ["train", "eval", "bench", "report", "generate", "plan"]
+
+
+def tiny_args(corpus, out, steps=12):
+    return [
+        "--out",
+        str(out),
+        "--no-progress",
+        "--data.path",
+        corpus,
+        "--model.n_layer",
+        "2",
+        "--model.n_head",
+        "4",
+        "--model.n_kv_head",
+        "2",
+        "--model.d_model",
+        "32",
+        "--model.max_seq_len",
+        "32",
+        "--train.batch_size",
+        "4",
+        "--train.max_steps",
+        str(steps),
+        "--train.eval_interval",
+        "6",
+        "--train.log_interval",
+        "3",
+        "--train.eval_batches",
+        "2",
+        "--train.threads",
+        "1",
+    ]
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_help_for_each_subcommand(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert f"usage: aah {command}" in capsys.readouterr().out
+
+
+def test_python_dash_m_help():
+    proc = subprocess.run(
+        [sys.executable, "-m", "aah", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0
+    for command in SUBCOMMANDS:
+        assert command in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["report"])
+def test_not_yet_available(command, capsys):
+    assert main([command]) == 2
+    assert "not yet available" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--model.n_layerz", "3"], "model.n_layerz"),
+        (["--optim.lr", "3"], "optim.lr"),
+        (["--train.max_steps", "many"], "train.max_steps"),
+        (["--model.d_model", "30"], "model.d_model"),
+        (["--controller.policy", "psychic"], "controller.policy"),
+        (["--train.max_steps"], "train.max_steps"),
+        (["stray"], "stray"),
+    ],
+)
+def test_bad_config_exits_2_naming_the_key(args, named, capsys, tmp_path):
+    assert main(["train", "--out", str(tmp_path / "r"), *args]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_bad_toml_file_exits_2(tmp_path, capsys):
+    path = tmp_path / "c.toml"
+    path.write_text("[model]\nn_layer = 2\n[trian]\nmax_steps = 3\n")
+    assert main(["train", "--config", str(path), "--out", str(tmp_path / "r")]) == 2
+    assert "trian" in capsys.readouterr().err
+
+
+def test_train_eval_plan_load(tmp_path, tiny_corpus, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *tiny_args(tiny_corpus, run)]) == 0
+    out = capsys.readouterr().out
+    assert "bits/byte" in out and "ACR" in out and "causal coverage" in out and "L1" in out
+    assert main(["eval", str(run), "--json"]) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    summary = json.loads((run / "summary.json").read_text())
+    assert last["val_loss"] == pytest.approx(summary["val_loss"], rel=1e-6)
+    assert last["val_bpb"] == pytest.approx(summary["val_bpb"], rel=1e-6)
+    assert main(["plan", "export", str(run)]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    model = aah.load(run)
+    assert exported["windows"] == model.window_plan()
+    assert not model.training and model(torch.zeros(1, 5, dtype=torch.long)).shape == (1, 5, 256)
+    # the run directory is not overwritten, and a resume may not change the model
+    assert main(["train", *tiny_args(tiny_corpus, run)]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert main(["train", "--resume", str(run), "--model.n_layer", "3"]) == 2
+    assert "model.n_layer" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path / "missing")]) == 2
+
+
+def test_sigint_checkpoints_and_exits_130(tmp_path, tiny_corpus):
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "aah", "train", *tiny_args(tiny_corpus, run, steps=100_000)]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    try:
+        deadline = time.time() + 60
+        metrics = run / "metrics.jsonl"
+        while time.time() < deadline and not (metrics.exists() and metrics.read_text()):
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "--resume" in stdout
+    from aah.train.checkpoint import load_checkpoint
+
+    step = load_checkpoint(run / "checkpoints" / "last.pt")["step"]
+    assert step >= 3
+    # resume to a few steps past the interruption
+    assert (
+        main(["train", "--resume", str(run), "--train.max_steps", str(step + 2), "--no-progress"])
+        == 0
+    )
+    assert json.loads((run / "summary.json").read_text())["steps"] == step + 2
+
+
+def test_import_aah_is_light():
+    code = "import sys, aah; print('torch' in sys.modules); print(callable(aah.load))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["False", "True"], proc.stderr
+
+
+def test_bench_training_last_line_is_json(capsys):
+    assert main(["bench", "training", "--seq-lens", "16", "--steps", "1", "--warmup", "0",
+                 "--batch-size", "1", "--threads", "1"]) == 0  # fmt: skip
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["benchmark"] == "training" and result["threads"] == 1
+    rows = {r["plan"]: r for r in result["rows"]}
+    assert set(rows) == {"full", "budget-like", "fixed-T/4"}
+    assert rows["full"]["causal_coverage"] == 1.0 and rows["fixed-T/4"]["acr"] == 0.25
+    assert main(["bench", "training", "--seq-lens", "x"]) == 2

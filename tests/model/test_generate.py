@@ -1,0 +1,183 @@
+"""Cached generation against token-by-token full recompute (`model(prefix)` each step)."""
+
+import argparse
+import io
+
+import pytest
+import torch
+
+from aah.cli.generate_cmd import add_generate_arguments, run_generate, utf8_pieces
+from aah.model import GPT, GPTConfig
+from aah.model.generate import decode_step, prefill, stream
+
+
+def tiny(**kw):
+    base = dict(n_layer=2, n_head=4, n_kv_head=2, d_model=32, max_seq_len=48)
+    base.update(kw)
+    return GPTConfig(**base)
+
+
+def model_with(plan, **kw):
+    torch.manual_seed(0)
+    model = GPT(tiny(**kw)).eval()
+    with torch.no_grad():  # larger weights than the init: sharp attention, decisive argmax
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.3)
+    model.set_window_plan(plan)
+    return model
+
+
+def recompute_greedy(model, idx, new):
+    """Independent path: the whole prefix through the batched forward at every step."""
+    with torch.no_grad():
+        for _ in range(new):
+            idx = torch.cat([idx, model(idx)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return idx
+
+
+MIXED = [[1, 3, 48, 6], [5, 2, 2, 100]]
+
+
+@pytest.mark.parametrize("n_kv_head", [4, 2, 1])
+@pytest.mark.parametrize("position", ["rope", "learned", "none"])
+def test_cached_greedy_equals_full_recompute(n_kv_head, position):
+    model = model_with(MIXED, n_kv_head=n_kv_head, position=position)
+    idx = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(1))
+    out = model.generate(idx, 30, temperature=0)  # 30 new tokens > every local window
+    assert out.shape == (2, 37) and out.dtype == torch.long
+    assert torch.equal(out, recompute_greedy(model, idx, 30))
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        [[1, 1, 1, 1], [1, 1, 1, 1]],  # each token sees only itself
+        [[48, 48, 48, 48], [1000, 48, 999, 48]],  # every window >= T: full causal
+        [[3, 9, 2, 9], [9, 2, 9, 3]],  # GQA pairs whose windows differ
+    ],
+)
+def test_step_logits_match_the_batched_forward(plan):
+    model = model_with(plan)
+    idx = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        logits, cache = prefill(model, idx[:, :4], 40)
+        torch.testing.assert_close(logits, model(idx[:, :4])[:, -1])
+        for t in range(4, 40):
+            expected = model(idx[:, : t + 1])[:, -1]
+            torch.testing.assert_close(decode_step(model, cache, idx[:, t]), expected)
+    assert cache.length == 40
+
+
+def test_full_windows_equal_the_full_plan():
+    idx = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(3))
+    wide = model_with([[500] * 4, [49] * 4]).generate(idx, 20, temperature=0)
+    full = model_with([[48] * 4, [48] * 4]).generate(idx, 20, temperature=0)
+    assert torch.equal(wide, full)
+
+
+def test_kv_bytes_after_generation_follow_the_formula():
+    model = model_with(MIXED, n_kv_head=2)  # KV capacities: layer 0 [3, 48], layer 1 [5, 100]
+    idx = torch.zeros(1, 10, dtype=torch.long)
+    with torch.inference_mode():
+        logits, cache = prefill(model, idx, 30)
+        assert cache.nbytes() == (3 + 10 + 5 + 10) * 8 * 2 * 4
+        for _ in range(20):
+            logits = decode_step(model, cache, logits.argmax(-1))
+    assert cache.nbytes() == (3 + 30 + 5 + 30) * 8 * 2 * 4 == cache.reserved_nbytes()
+
+
+def test_sampling_is_reproducible_per_seed():
+    model = model_with(MIXED)
+    idx = torch.randint(0, 256, (2, 4), generator=torch.Generator().manual_seed(4))
+    a = model.generate(idx, 24, temperature=1.0, seed=7)
+    assert torch.equal(a, model.generate(idx, 24, temperature=1.0, seed=7))
+    assert not torch.equal(a, model.generate(idx, 24, temperature=1.0, seed=8))
+    greedy = model.generate(idx, 24, temperature=0)
+    assert torch.equal(model.generate(idx, 24, top_k=1, seed=9), greedy)
+    assert torch.equal(model.generate(idx, 24, top_p=1e-6, seed=9), greedy)
+    sampled = model.generate(idx, 24, temperature=0.7, top_k=5, top_p=0.9, seed=1)
+    assert sampled.shape == (2, 28) and int(sampled.min()) >= 0 and int(sampled.max()) < 256
+
+
+def test_generate_restores_mode_and_needs_no_grad():
+    model = model_with(MIXED).train()
+    idx = torch.zeros(1, 3, dtype=torch.long)
+    assert torch.equal(model.generate(idx, 0), idx)
+    out = model.generate(idx, 5, temperature=0)
+    assert model.training and not out.requires_grad and out.shape == (1, 8)
+    tokens = []
+    for token in stream(model, idx, 5, temperature=0):
+        assert not torch.is_inference_mode_enabled()  # not held across a yield
+        tokens.append(token)
+    assert torch.equal(torch.stack(tokens, 1), out[:, 3:]) and model.training
+
+
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        (dict(max_new_tokens=-1), "-1"),
+        (dict(temperature=-0.5), "-0.5"),
+        (dict(top_k=0), "top_k"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "1.5"),
+        (dict(max_new_tokens=42), "48"),  # 7 + 42 > max_seq_len 48
+    ],
+)
+def test_bad_arguments_raise_naming_the_value(kwargs, named):
+    model = model_with(MIXED)
+    args = dict(max_new_tokens=4, temperature=1.0) | kwargs
+    with pytest.raises(ValueError, match=named):
+        model.generate(torch.zeros(1, 7, dtype=torch.long), **args)
+
+
+def test_prompt_longer_than_max_seq_len_raises():
+    model = model_with(MIXED)
+    with pytest.raises(ValueError, match="prompt length 49"):
+        model.generate(torch.zeros(1, 49, dtype=torch.long), 1)
+    with pytest.raises(ValueError, match="LongTensor"):
+        model.generate(torch.zeros(1, 4), 1)
+
+
+def test_utf8_pieces_stream_across_multibyte_boundaries():
+    text = "naïve € 𝄞 ok"
+    pieces = list(utf8_pieces(bytes([b]) for b in text.encode()))
+    assert "".join(pieces) == text and "€" in pieces  # a 3-byte char arrives whole
+    assert "".join(utf8_pieces([b"ab\xe2\x82"])) == "ab\ufffd"  # truncated tail replaced
+
+
+def test_cli_streams_text_for_a_trained_run(tmp_path, monkeypatch):
+    from aah.train.loop import train
+    from aah.train.run_config import RunConfig
+
+    monkeypatch.setenv("AAH_CACHE_DIR", str(tmp_path / "cache"))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("héllo wörld, ça va? " * 400)
+    config = RunConfig()
+    for key, value in {
+        "data.path": str(corpus),
+        "model.n_layer": 1,
+        "model.n_head": 2,
+        "model.n_kv_head": 1,
+        "model.d_model": 16,
+        "model.max_seq_len": 32,
+        "train.batch_size": 2,
+        "train.max_steps": 2,
+        "train.eval_interval": 2,
+        "train.log_interval": 1,
+        "train.eval_batches": 1,
+        "train.threads": 1,
+    }.items():
+        config.set(key, value, from_text=False)
+    run = tmp_path / "run"
+    train(config, run, progress=False)
+    parser = argparse.ArgumentParser()
+    add_generate_arguments(parser)
+    out = io.StringIO()
+    args = parser.parse_args([str(run), "--prompt", "hé", "--max-new-tokens", "20", "--seed", "0"])
+    assert run_generate(args, out=out) == 0
+    text = out.getvalue()
+    assert text.startswith("hé") and text.endswith("\n") and len(text.encode()) >= 3
+    args = parser.parse_args([str(run), "--prompt", "x" * 40])
+    with pytest.raises(ValueError, match="prompt length 40"):
+        run_generate(args, out=io.StringIO())

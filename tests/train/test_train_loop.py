@@ -1,0 +1,145 @@
+"""The loop end to end on a tiny corpus: learning, run-dir contract, exact resume."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from aah.controller import POLICIES
+from aah.train.checkpoint import load_checkpoint
+from aah.train.loop import TIMING_KEYS, train
+from aah.train.run_config import RunConfig
+
+
+def tiny_config(corpus: str, **overrides: str) -> RunConfig:
+    config = RunConfig()
+    config.override(
+        [
+            ("data.path", corpus),
+            ("model.n_layer", "2"),
+            ("model.n_head", "4"),
+            ("model.n_kv_head", "2"),
+            ("model.d_model", "32"),
+            ("model.max_seq_len", "32"),
+            ("train.batch_size", "4"),
+            ("train.max_steps", "30"),
+            ("train.warmup_steps", "5"),
+            ("train.lr", "3e-3"),
+            ("train.log_interval", "5"),
+            ("train.eval_interval", "10"),
+            ("train.eval_batches", "4"),
+            ("train.checkpoint_interval", "7"),
+            ("train.threads", "1"),
+            *overrides.items(),
+        ]
+    )
+    return config
+
+
+def metrics(path):
+    return [
+        {k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS}
+        for line in path.read_text().splitlines()
+    ]
+
+
+def test_loss_falls_and_run_dir_contract(tmp_path, tiny_corpus):
+    run = tmp_path / "run"
+    result = train(tiny_config(tiny_corpus, **{"train.max_steps": "40"}), run, progress=False)
+    assert not result.interrupted
+    for name in ("config.toml", "metrics.jsonl", "plans.jsonl", "summary.json"):
+        assert (run / name).is_file(), name
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [5, 10, 15, 20, 25, 30, 35, 40]
+    assert lines[-1]["train_loss"] < lines[0]["train_loss"] - 0.5
+    evals = [r for r in lines if "val_loss" in r]
+    assert [r["step"] for r in evals] == [10, 20, 30, 40]
+    for r in evals:
+        assert {"val_bpb", "acr", "causal_coverage", "tokens_per_s"} <= r.keys()
+        assert math.isclose(r["val_bpb"], r["val_loss"] / math.log(2))
+    assert evals[-1]["val_loss"] < evals[0]["val_loss"]
+    summary = json.loads((run / "summary.json").read_text())
+    required = {
+        "val_loss",
+        "val_bpb",
+        "acr",
+        "causal_coverage",
+        "executed_ratio",
+        "train_tokens_per_s",
+        "peak_rss_mb",
+        "seed",
+        "policy",
+        "world_size",
+        "steps",
+        "tokens",
+        "wall_s",
+    }
+    assert required <= summary.keys()
+    assert summary["steps"] == 40 and summary["tokens"] == 40 * 4 * 32
+    assert summary["val_loss"] == evals[-1]["val_loss"] and summary["world_size"] == 1
+    plans = [json.loads(line) for line in (run / "plans.jsonl").read_text().splitlines()]
+    assert plans[0]["step"] == 0 and len(plans[0]["windows"]) == 2
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["step"] == 40
+
+
+def test_resume_is_bit_for_bit(tmp_path, tiny_corpus):
+    # Dropout, accumulation and a controller that changes windows all must continue exactly.
+    extra = {
+        "model.dropout": "0.1",
+        "train.grad_accum": "2",
+        "train.decay_steps": "24",
+        "controller.policy": "random",
+        "controller.random_resample": "true",
+        "controller.warmup_steps": "3",
+        "controller.interval": "4",
+        "train.log_interval": "4",
+        "train.eval_interval": "6",
+    }
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    train(tiny_config(tiny_corpus, **extra, **{"train.max_steps": "24"}), whole, progress=False)
+    first = tiny_config(tiny_corpus, **extra, **{"train.max_steps": "12"})
+    train(first, split, progress=False)
+    first.train.max_steps = 24
+    train(first, split, resume=True, progress=False)
+    a = load_checkpoint(whole / "checkpoints" / "last.pt")
+    b = load_checkpoint(split / "checkpoints" / "last.pt")
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    assert metrics(whole / "metrics.jsonl") == metrics(split / "metrics.jsonl")
+    assert (whole / "plans.jsonl").read_text() == (split / "plans.jsonl").read_text()
+    windows = [json.loads(x)["windows"] for x in (whole / "plans.jsonl").read_text().splitlines()]
+    assert len({json.dumps(w) for w in windows}) > 2  # the plan really changed along the way
+
+
+@pytest.mark.parametrize("policy", [p for p in POLICIES if p != "static"])
+def test_every_policy_drives_the_model(tmp_path, tiny_corpus, policy):
+    config = tiny_config(
+        tiny_corpus,
+        **{
+            "train.max_steps": "6",
+            "train.eval_interval": "0",
+            "train.checkpoint_interval": "0",
+            "controller.policy": policy,
+            "controller.warmup_steps": "1",
+            "controller.interval": "2",
+            "controller.min_group_size": "1",
+        },
+    )
+    result = train(config, tmp_path / policy, progress=False)
+    plans = [json.loads(x) for x in (tmp_path / policy / "plans.jsonl").read_text().splitlines()]
+    assert plans[-1]["windows"] == result.plan
+    assert all(len(row) == 4 for row in result.plan) and len(result.plan) == 2
+    assert result.summary["policy"] == policy and math.isfinite(result.summary["val_loss"])
+
+
+def test_static_policy_reads_a_plan_file(tmp_path, tiny_corpus):
+    plan = [[4, 8, 16, 32], [32, 16, 8, 4]]
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"windows": plan}))
+    config = tiny_config(
+        tiny_corpus,
+        **{"train.max_steps": "3", "controller.policy": "static"},
+        **{"controller.static_plan": str(path)},
+    )
+    assert train(config, tmp_path / "run", progress=False).plan == plan
