@@ -8,11 +8,10 @@ keys and bad values raise ValueError naming them.
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from aah.controller import ControllerConfig
 from aah.data import DataConfig
