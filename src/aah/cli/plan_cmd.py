@@ -1,4 +1,9 @@
-"""`aah plan export RUN_DIR`: the window plan in force, as JSON (aah.controller.plan_to_json)."""
+"""`aah plan`: window plans as plain data.
+
+- `export RUN_DIR`: the plan in force in a run, as JSON (aah.controller.plan_to_json);
+- `search MODEL_DIR`: a per-head plan for a Hugging Face model under a coverage budget;
+- `apply MODEL_DIR --plan FILE`: perplexity of a Hugging Face model with and without a plan.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,20 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=("export",), help="export: print the plan in force as JSON")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory")
+    from aah.integrations import hf_cli
+
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    export = actions.add_parser("export", help="print the plan in force in a run as JSON")
+    export.add_argument("run_dir", metavar="RUN_DIR", help="a run directory")
+    search = actions.add_parser(
+        "search", help="search a per-head plan for a Hugging Face model (needs aah[hf])"
+    )
+    hf_cli.add_plan_search_arguments(search)
+    apply = actions.add_parser(
+        "apply", help="perplexity of a Hugging Face model with a plan (needs aah[hf])"
+    )
+    hf_cli.add_plan_apply_arguments(apply)
 
 
 def plan_in_force(run_dir: Path) -> tuple[list[list[int]], dict[str, object]]:
@@ -38,6 +55,12 @@ def plan_in_force(run_dir: Path) -> tuple[list[list[int]], dict[str, object]]:
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     if extra:
         raise ValueError(f"unrecognized arguments: {' '.join(extra)}")
+    if args.action in ("search", "apply"):
+        from aah.integrations import hf_cli
+
+        return (
+            hf_cli.run_plan_search(args) if args.action == "search" else hf_cli.run_plan_apply(args)
+        )
     from aah.controller.plan import plan_to_json
 
     run_dir = Path(args.run_dir)

@@ -1,0 +1,220 @@
+"""Per-head windows on Hugging Face causal LMs through transformers' AttentionInterface.
+
+    from aah.integrations import hf
+    hf.apply(model, plan)   # plan[layer][query_head] -> window; model now runs "aah" attention
+    hf.remove(model)        # back to the implementation it had before
+
+Supported families (config.model_type): GPT-2, Llama, Mistral, Qwen2, Qwen3, GQA included.
+`apply` registers the "aah" attention function (`hf_attention.aah_attention_forward`) and its
+mask builder, stores each layer's windows on its attention module (`module.aah_windows`), and
+switches the model's attention implementation to "aah". Registration is global in transformers
+and idempotent; nothing happens at import time. transformers is imported lazily: without it
+every function here raises ImportError naming `pip install 'aah[hf]'`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from aah.attention.registry import BACKENDS
+from aah.controller.plan import Plan, check_plan
+from aah.integrations.hf_attention import (
+    BACKEND_ATTR,
+    PROBE_ATTR,
+    WINDOWS_ATTR,
+    Probe,
+    aah_attention_forward,
+)
+
+IMPLEMENTATION = "aah"
+# model_type -> attribute path from the base model to the decoder layers, and the layer's attention.
+FAMILIES: dict[str, tuple[str, str]] = {
+    "gpt2": ("h", "attn"),
+    "llama": ("layers", "self_attn"),
+    "mistral": ("layers", "self_attn"),
+    "qwen2": ("layers", "self_attn"),
+    "qwen3": ("layers", "self_attn"),
+}
+# Where `apply` remembers the implementation to go back to.
+PREVIOUS_ATTR = "_aah_previous_attn_implementation"
+
+
+def require_transformers() -> ModuleType:
+    """The transformers module, or ImportError saying how to install it."""
+    try:
+        import transformers
+    except ImportError as err:
+        raise ImportError(
+            "the Hugging Face integration needs transformers: pip install 'aah[hf]'"
+        ) from err
+    return transformers
+
+
+def register() -> None:
+    """Register "aah" with transformers' attention and mask interfaces (idempotent)."""
+    transformers = require_transformers()
+    interface = getattr(transformers, "AttentionInterface", None)
+    if interface is None:
+        raise ImportError(
+            f"transformers {transformers.__version__} has no AttentionInterface; "
+            "pip install 'aah[hf]' for a recent version"
+        )
+    interface.register(IMPLEMENTATION, aah_attention_forward)
+    try:
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    except ImportError:  # older versions build a float causal mask, which the function checks
+        return
+    # The sdpa builder gives None when there is no padding (the common case, nothing to check)
+    # and a boolean mask otherwise, which the function accepts only if it is plain causal.
+    AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What `apply` needs to know about a model: family, sizes and attention modules in order."""
+
+    family: str
+    n_layer: int
+    n_head: int
+    n_kv_head: int
+    modules: tuple[torch.nn.Module, ...]
+
+
+def layout(model: torch.nn.Module) -> Layout:
+    """The model's layout; ValueError naming the class if its family is not supported."""
+    config = getattr(model, "config", None)
+    family = getattr(config, "model_type", None)
+    if family not in FAMILIES:
+        names = ", ".join(sorted(FAMILIES))
+        raise ValueError(
+            f"{type(model).__name__} (model_type {family!r}) is not supported by the aah "
+            f"integration; supported model types: {names}"
+        )
+    if getattr(config, "add_cross_attention", False):
+        raise ValueError(f"{type(model).__name__} has cross-attention layers: not supported")
+    layers_attr, attn_attr = FAMILIES[family]
+    base = getattr(model, "base_model", model)
+    layers = getattr(base, layers_attr)
+    modules = tuple(getattr(layer, attn_attr) for layer in layers)
+    n_head = int(config.num_attention_heads)
+    n_kv = int(getattr(config, "num_key_value_heads", None) or n_head)
+    return Layout(family, len(modules), n_head, n_kv, modules)
+
+
+def plan_windows(plan: Any) -> Plan:
+    """A plan's windows: `plan` itself ([layer][head]) or its `.windows` (a searched plan)."""
+    return getattr(plan, "windows", plan)
+
+
+def apply(model: torch.nn.Module, plan: Any, *, backend: str = "auto") -> None:
+    """Give every query head of every layer its window (plan[layer][head]) and switch to "aah".
+
+    Args:
+        model: a supported transformers model (causal LM or base model).
+        plan: [layer][query_head] ints >= 1 (w >= T: full causal), or an object with `.windows`.
+        backend: the `windowed_attention` backend for prefill ("auto" picks per device).
+
+    Raises:
+        ValueError: unsupported family, a plan whose shape differs from the model, bad backend.
+        ImportError: transformers missing.
+    """
+    register()
+    lay = layout(model)
+    windows = check_plan(plan_windows(plan), lay.n_layer, lay.n_head)
+    if backend != "auto" and backend not in BACKENDS:
+        raise ValueError(
+            f"unknown backend {backend!r}; choose auto or one of {', '.join(BACKENDS)}"
+        )
+    for module, row in zip(lay.modules, windows, strict=True):
+        setattr(module, WINDOWS_ATTR, tuple(row))
+        setattr(module, BACKEND_ATTR, backend)
+    current = implementation(model)
+    if current != IMPLEMENTATION:
+        setattr(model, PREVIOUS_ATTR, current)
+    set_implementation(model, IMPLEMENTATION)
+
+
+def current_plan(model: torch.nn.Module) -> Plan | None:
+    """The windows `apply` set, or None when the model is not running a plan."""
+    lay = layout(model)
+    rows = [getattr(m, WINDOWS_ATTR, None) for m in lay.modules]
+    if implementation(model) != IMPLEMENTATION or any(r is None for r in rows):
+        return None
+    return [list(r) for r in rows]  # type: ignore[arg-type]
+
+
+def remove(model: torch.nn.Module) -> None:
+    """Undo `apply`: drop the windows and restore the previous implementation (default sdpa)."""
+    for module in layout(model).modules:
+        for attr in (WINDOWS_ATTR, BACKEND_ATTR, PROBE_ATTR):
+            if hasattr(module, attr):
+                delattr(module, attr)
+    previous = getattr(model, PREVIOUS_ATTR, "sdpa")
+    if hasattr(model, PREVIOUS_ATTR):
+        delattr(model, PREVIOUS_ATTR)
+    set_implementation(model, previous)
+
+
+def implementation(model: torch.nn.Module) -> str | None:
+    """The attention implementation the model's config names."""
+    return getattr(model.config, "_attn_implementation", None)
+
+
+def set_implementation(model: torch.nn.Module, name: str) -> None:
+    """Switch the model's attention implementation, by the installed version's own means."""
+    setter = getattr(model, "set_attn_implementation", None)
+    if callable(setter):
+        setter(name)
+    # Versions without the setter (or classes it declines) read the config field directly.
+    if implementation(model) != name:
+        model.config._attn_implementation = name
+
+
+@contextmanager
+def probing(model: torch.nn.Module, probe: Probe) -> Iterator[Layout]:
+    """Run the model with full causal "aah" attention and `probe` called in every layer.
+
+    The probe sees (module, query, key, value, scale) with post-RoPE tensors. The model's
+    previous windows and implementation are restored on exit, whatever happens inside.
+    """
+    register()
+    lay = layout(model)
+    attrs = (WINDOWS_ATTR, PROBE_ATTR)
+    saved = [{a: getattr(m, a) for a in attrs if hasattr(m, a)} for m in lay.modules]
+    before = implementation(model)
+    try:
+        for module in lay.modules:
+            setattr(module, WINDOWS_ATTR, None)  # None: full causal, whatever T is
+            setattr(module, PROBE_ATTR, probe)
+        set_implementation(model, IMPLEMENTATION)
+        yield lay
+    finally:
+        for module, state in zip(lay.modules, saved, strict=True):
+            for attr in attrs:
+                if attr in state:
+                    setattr(module, attr, state[attr])
+                elif hasattr(module, attr):
+                    delattr(module, attr)
+        if before is not None:
+            set_implementation(model, before)
+
+
+@contextmanager
+def applied(model: torch.nn.Module, plan: Any, *, backend: str = "auto") -> Iterator[None]:
+    """`apply(model, plan)` inside the block; the previous plan (or none) is back on exit."""
+    before = current_plan(model)
+    previous_backend = getattr(layout(model).modules[0], BACKEND_ATTR, "auto")
+    try:
+        apply(model, plan, backend=backend)
+        yield
+    finally:
+        if before is None:
+            remove(model)
+        else:
+            apply(model, before, backend=previous_backend)

@@ -1,0 +1,165 @@
+"""Command logic for `aah plan search` and `aah plan apply` on Hugging Face models.
+
+    aah plan search MODEL_DIR_OR_NAME --budget 0.3 --text calib.txt --out plan.json \
+        [--heatmap plan.png] [--heldout heldout.txt]
+    aah plan apply MODEL_DIR --plan plan.json --text heldout.txt
+
+Models load with `AutoModelForCausalLM.from_pretrained`: a local directory works offline; a hub
+name needs network access (and is cached by huggingface_hub as usual). The tokenizer is loaded
+from the same place when it has one; otherwise text is read as UTF-8 bytes, which only suits
+models with vocab_size >= 256 (random test models). Both commands print a human summary and,
+as their last stdout line, one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+# Only the standard library at import time: the CLI builds its parser without loading torch.
+HUB_NOTE = "a local directory, or a hub name (needs network)"
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _common(p: argparse.ArgumentParser, model_help: str) -> None:
+    p.add_argument("model", metavar="MODEL", help=model_help)
+    p.add_argument("--text", required=True, metavar="FILE", help="UTF-8 text file")
+    p.add_argument("--batch-size", type=int, default=1, help="blocks per forward pass")
+    p.add_argument("--max-batches", type=int, default=8, help="batches of text to use at most")
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, ...")
+
+
+def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `aah plan search`."""
+    _common(parser, f"model to search a plan for: {HUB_NOTE}")
+    parser.add_argument("--budget", type=float, default=0.3, help="causal coverage cap in (0, 1]")
+    parser.add_argument("--out", required=True, metavar="FILE", help="plan JSON to write")
+    parser.add_argument("--heatmap", metavar="PNG", help="also write a layer x head heatmap")
+    parser.add_argument("--seq-len", type=int, help="calibration length T (default 512)")
+    parser.add_argument(
+        "--candidates", type=_ints, help="comma-separated windows (default T/32..T)"
+    )
+    parser.add_argument("--sample-queries", type=int, default=64, help="exact rows per head, batch")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sampled query rows")
+    parser.add_argument("--heldout", metavar="FILE", help="also sweep budgets: held-out perplexity")
+    parser.add_argument(
+        "--sweep-budgets", type=_floats, default=[0.2, 0.4, 0.6, 0.8], help="budgets for --heldout"
+    )
+
+
+def add_plan_apply_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `aah plan apply`."""
+    _common(parser, f"model to evaluate: {HUB_NOTE}")
+    parser.add_argument("--plan", required=True, metavar="FILE", help="plan JSON (plan search)")
+    parser.add_argument("--seq-len", type=int, help="block length (default: the plan's seq_len)")
+    parser.add_argument(
+        "--backend", default="auto", help="windowed attention backend (auto, grouped, flex, ...)"
+    )
+
+
+def load_model(name: str, device: str = "auto") -> tuple[Any, Any | None]:
+    """(model in eval mode on `device`, tokenizer or None when the source has none)."""
+    import torch
+
+    from aah.integrations.hf import require_transformers
+
+    require_transformers()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="sdpa")
+    model = model.to(device).eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError, KeyError, TypeError):  # no tokenizer files: bytes stand-in
+        tokenizer = None
+    # Without tokenizer files some versions build an empty one from the model type: unusable.
+    if tokenizer is not None and not tokenizer.encode("probe text", add_special_tokens=False):
+        tokenizer = None
+    return model, tokenizer
+
+
+def _read(path: str) -> str:
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"text file {path!r} does not exist")
+    return file.read_text(encoding="utf-8")
+
+
+def run_plan_search(args: argparse.Namespace) -> int:
+    """Search a plan, write it (and a heatmap); with --heldout also print a budget sweep."""
+    from aah.integrations.hf_report import budget_sweep, save_heatmap, sweep_json, sweep_table
+    from aah.integrations.hf_search import search_plan
+
+    text = _read(args.text)
+    model, tokenizer = load_model(args.model, args.device)
+    options = {
+        "seq_len": args.seq_len,
+        "candidates": args.candidates,
+        "batch_size": args.batch_size,
+        "max_batches": args.max_batches,
+        "sample_queries": args.sample_queries,
+        "seed": args.seed,
+        "tokenizer": tokenizer,
+    }
+    plan = search_plan(model, text, args.budget, **options)
+    plan.save(args.out)
+    print(
+        f"plan for {plan.model}: budget {plan.budget}, causal coverage {plan.coverage:.4f} at "
+        f"T={plan.seq_len}, expected lost mass {plan.lost_mass:.4f} -> {args.out}"
+    )
+    for layer, row in enumerate(plan.windows):
+        print(f"  layer {layer:3d}: {' '.join(str(w) for w in row)}")
+    if args.heatmap:
+        save_heatmap(plan, args.heatmap, title=f"{plan.model}, budget {plan.budget}")
+        print(f"heatmap -> {args.heatmap}")
+    summary: dict[str, Any] = {"out": args.out, "budget": plan.budget, "coverage": plan.coverage}
+    if args.heldout:
+        rows = budget_sweep(model, text, _read(args.heldout), args.sweep_budgets, **options)
+        print(sweep_table(rows))
+        summary["sweep"] = json.loads(sweep_json(rows))["rows"]
+    print(json.dumps(summary))
+    return 0
+
+
+def run_plan_apply(args: argparse.Namespace) -> int:
+    """Print held-out perplexity of the model without and with the plan."""
+    from aah.attention import coverage
+    from aah.integrations.hf import applied
+    from aah.integrations.hf_plan import SearchedPlan
+    from aah.integrations.hf_report import perplexity
+    from aah.integrations.hf_search import calibration_batches
+
+    text = _read(args.text)
+    if not Path(args.plan).is_file():
+        raise ValueError(f"plan file {args.plan!r} does not exist")
+    plan = SearchedPlan.load(args.plan)
+    model, tokenizer = load_model(args.model, args.device)
+    batches = calibration_batches(
+        model,
+        text,
+        seq_len=args.seq_len or plan.seq_len,
+        batch_size=args.batch_size,
+        max_batches=args.max_batches,
+        tokenizer=tokenizer,
+    )
+    t = batches[0].shape[1]
+    base = perplexity(model, batches)
+    with applied(model, plan, backend=args.backend):
+        planned = perplexity(model, batches)
+    cov = coverage(plan.windows, t).causal
+    print(f"perplexity without plan: {base:.4f}")
+    print(f"perplexity with plan:    {planned:.4f} ({100 * (planned / base - 1):+.3f}%)")
+    print(f"causal coverage at T={t}: {cov:.4f}")
+    print(json.dumps({"ppl_full": base, "ppl_plan": planned, "coverage": cov, "seq_len": t}))
+    return 0

@@ -1,0 +1,81 @@
+"""A searched window plan and its JSON file format.
+
+    {"windows": [[...], ...], "budget": 0.3, "coverage": 0.298, "candidates": [64, ...],
+     "model": "LlamaForCausalLM", "seq_len": 512, "lost_mass": 0.012}
+
+`windows[layer][query_head]`; `coverage` is the plan's causal coverage at `seq_len` (the
+calibration length; at other lengths the same windows cover a different share); `lost_mass` is
+the expected attention mass beyond the windows, averaged over heads. JSON floats are written
+with Python's shortest round-trip repr, so `from_json(p.to_json()) == p` exactly. The file is
+also readable by `aah.controller.plan.load_plan` (it has a "windows" key).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from aah.controller.plan import Plan, check_plan
+
+FIELDS = ("windows", "budget", "coverage", "candidates", "model", "seq_len", "lost_mass")
+
+
+@dataclass(frozen=True)
+class SearchedPlan:
+    """A plan found by `hf_search.search_plan` (see the module docstring for the fields)."""
+
+    windows: Plan
+    budget: float
+    coverage: float
+    candidates: list[int]
+    model: str
+    seq_len: int
+    lost_mass: float | None = None
+
+    def __post_init__(self) -> None:
+        check_plan(self.windows)
+        if not self.candidates or any(
+            isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in self.candidates
+        ):
+            raise ValueError(f"candidates must be ints >= 1, got {self.candidates!r}")
+        for name in ("budget", "coverage"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+        if not isinstance(self.seq_len, int) or self.seq_len < 1:
+            raise ValueError(f"seq_len must be an int >= 1, got {self.seq_len!r}")
+
+    def to_json(self) -> str:
+        """The file format, one JSON object."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> SearchedPlan:
+        """Parse `to_json`'s output; ValueError naming what is missing or unknown."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("a plan file must hold one JSON object")
+        missing = [f for f in FIELDS[:-1] if f not in data]
+        if missing:
+            raise ValueError(f"plan file lacks {', '.join(missing)}")
+        unknown = sorted(set(data) - set(FIELDS))
+        if unknown:
+            raise ValueError(f"plan file has unknown keys: {', '.join(unknown)}")
+        return cls(
+            windows=check_plan(data["windows"]),
+            budget=data["budget"],
+            coverage=data["coverage"],
+            candidates=list(data["candidates"]),
+            model=str(data["model"]),
+            seq_len=data["seq_len"],
+            lost_mass=data.get("lost_mass"),
+        )
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json() + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> SearchedPlan:
+        return cls.from_json(Path(path).read_text())

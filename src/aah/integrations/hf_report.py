@@ -1,0 +1,172 @@
+"""What a searched plan costs in quality: held-out perplexity across budgets, and a heatmap.
+
+`budget_sweep` measures attention mass once on the calibration text, allocates a plan per budget
+(`plan_from_mass`), and evaluates held-out perplexity with each plan applied against the model
+as given (its own attention implementation). Coverage is the causal coverage at the calibration
+length; the held-out text is cut into blocks of that same length.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aah.attention import coverage
+from aah.integrations.hf import applied, plan_windows
+from aah.integrations.hf_data import TextLike
+from aah.integrations.hf_search import (
+    calibration_batches,
+    check_candidates,
+    default_candidates,
+    measure_mass,
+    plan_from_mass,
+)
+
+DEFAULT_BUDGETS = (0.2, 0.4, 0.6, 0.8)
+
+
+@torch.no_grad()
+def perplexity(model: torch.nn.Module, batches: Sequence[torch.Tensor]) -> float:
+    """exp(mean next-token NLL) over every predicted token of `batches` (B, T)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    nll, count = 0.0, 0
+    try:
+        for ids in batches:
+            ids = ids.to(device)
+            logits = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
+            targets = ids[:, 1:]
+            nll += float(
+                torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
+                )
+            )
+            count += targets.numel()
+    finally:
+        model.train(was_training)
+    if count == 0:
+        raise ValueError("perplexity needs blocks of at least 2 tokens")
+    return math.exp(nll / count)
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One budget's plan and its held-out perplexity against the unplanned model."""
+
+    budget: float
+    coverage: float  # causal coverage at the calibration length
+    acr: float
+    lost_mass: float  # expected attention mass beyond the windows (calibration)
+    ppl: float
+    ppl_full: float
+    delta_pct: float  # 100 * (ppl / ppl_full - 1)
+    windows: list[list[int]]
+
+
+def budget_sweep(
+    model: torch.nn.Module,
+    calib: TextLike,
+    heldout: TextLike,
+    budgets: Sequence[float] = DEFAULT_BUDGETS,
+    *,
+    seq_len: int | None = None,
+    candidates: Sequence[int] | None = None,
+    batch_size: int = 1,
+    max_batches: int | None = None,
+    sample_queries: int = 64,
+    seed: int = 0,
+    tokenizer: Any | None = None,
+) -> list[SweepRow]:
+    """One row per budget (module docstring); the model is left as it was."""
+    kw = {"batch_size": batch_size, "max_batches": max_batches, "tokenizer": tokenizer}
+    calib_batches = calibration_batches(model, calib, seq_len=seq_len, **kw)
+    t = calib_batches[0].shape[1]
+    held = calibration_batches(model, heldout, seq_len=t, **kw)
+    cands = check_candidates(candidates) if candidates is not None else default_candidates(t)
+    mass = measure_mass(model, calib_batches, cands, sample_queries=sample_queries, seed=seed)
+    ppl_full = perplexity(model, held)
+    rows = []
+    for budget in budgets:
+        plan = plan_from_mass(mass, cands, t, budget, type(model).__name__)
+        with applied(model, plan):
+            ppl = perplexity(model, held)
+        rows.append(
+            SweepRow(
+                budget=float(budget),
+                coverage=plan.coverage,
+                acr=coverage(plan.windows, t).acr,
+                lost_mass=float(plan.lost_mass or 0.0),
+                ppl=ppl,
+                ppl_full=ppl_full,
+                delta_pct=100.0 * (ppl / ppl_full - 1.0),
+                windows=plan.windows,
+            )
+        )
+    return rows
+
+
+def sweep_table(rows: Sequence[SweepRow]) -> str:
+    """A plain-text table of the sweep, one line per budget."""
+    names = ("budget", "coverage", "acr", "lost", "ppl", "full", "delta%")
+    widths = (6, 8, 6, 7, 10, 10, 8)
+    lines = [" ".join(f"{n:>{w}}" for n, w in zip(names, widths, strict=True))]
+    for r in rows:
+        lines.append(
+            f"{r.budget:6.2f} {r.coverage:8.4f} {r.acr:6.3f} {r.lost_mass:7.4f} "
+            f"{r.ppl:10.4f} {r.ppl_full:10.4f} {r.delta_pct:+8.3f}"
+        )
+    return "\n".join(lines)
+
+
+def sweep_json(rows: Sequence[SweepRow]) -> str:
+    """The sweep as one JSON object: {"rows": [...]}."""
+    return json.dumps({"rows": [asdict(r) for r in rows]})
+
+
+def save_heatmap(plan: Any, path: str | Path, *, title: str | None = None) -> None:
+    """A layer x head heatmap PNG of the plan's windows (log2 colour scale, values written in).
+
+    Needs matplotlib: ImportError naming `pip install 'aah[plots]'` when it is missing.
+    """
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as err:
+        raise ImportError("the plan heatmap needs matplotlib: pip install 'aah[plots]'") from err
+    windows = plan_windows(plan)
+    grid = torch.tensor(windows, dtype=torch.float64)
+    n_layer, n_head = grid.shape
+    # Figure directly (no pyplot): no global state, no display backend needed.
+    fig = Figure(figsize=(max(4.0, 0.5 * n_head + 2), max(3.0, 0.35 * n_layer + 1.5)))
+    ax = fig.add_subplot()
+    logw = grid.log2()
+    image = ax.imshow(logw.numpy(), aspect="auto", cmap="viridis", interpolation="nearest")
+    if n_layer * n_head <= 400:
+        lo, hi = float(logw.min()), float(logw.max())
+        for layer in range(n_layer):
+            for head in range(n_head):
+                # Dark text on the bright (wide) end of viridis, light text on the dark end.
+                bright = hi > lo and (float(logw[layer, head]) - lo) / (hi - lo) > 0.6
+                ax.text(
+                    head,
+                    layer,
+                    str(windows[layer][head]),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="black" if bright else "white",
+                )
+    ax.set_xticks(range(n_head))
+    ax.set_yticks(range(n_layer))
+    ax.set_xlabel("query head")
+    ax.set_ylabel("layer")
+    ax.set_title(title or "window per head")
+    fig.colorbar(image, ax=ax, label="log2 window")
+    fig.tight_layout()
+    fig.savefig(str(path), dpi=120)

@@ -1,0 +1,79 @@
+"""Tiny random Hugging Face models built from configs (no download), one per supported family.
+
+transformers is imported inside the helpers: each test module skips itself when it is missing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+VOCAB = 300  # >= 256, so the UTF-8 byte stand-in for a tokenizer fits
+FAMILIES = ("gpt2", "llama", "qwen2", "qwen3", "mistral")
+
+
+def tiny_config(family: str, **overrides: object) -> object:
+    """A 2-layer config with 4 query heads (2 KV heads where the family has GQA), hidden 64."""
+    import transformers
+
+    common = {"vocab_size": VOCAB, "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 1}
+    if family == "gpt2":
+        kw = {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128}
+        kw.update(attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
+        return transformers.GPT2Config(**{**common, **kw, **overrides})
+    kw = {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 128,
+    }
+    if family == "qwen3":
+        kw["head_dim"] = 16
+    if family == "mistral":
+        kw["sliding_window"] = 16  # the layer's own window, combined with the plan's
+    cls = {
+        "llama": transformers.LlamaConfig,
+        "qwen2": transformers.Qwen2Config,
+        "qwen3": transformers.Qwen3Config,
+        "mistral": transformers.MistralConfig,
+    }[family]
+    return cls(**{**common, **kw, **overrides})
+
+
+def tiny_model(family: str, seed: int = 0, implementation: str = "sdpa", **overrides: object):
+    """A causal LM in eval mode with random weights (fixed seed)."""
+    import transformers
+
+    torch.manual_seed(seed)
+    config = tiny_config(family, **overrides)
+    config._attn_implementation = implementation
+    return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+def plant_local_head(model, layer: int = 0, head: int = 0, gain: float = 2.0) -> None:
+    """Make one GPT-2 head attend to its last few tokens, whatever the tokens are.
+
+    Positions get zero-mean sinusoid features (cos, sin, -cos, -sin per frequency, so LayerNorm
+    only rescales them) and tiny token embeddings; the head's q and k read (cos, sin) pairs, so
+    its score depends on i - j only, sum_f cos(w_f (i - j)), which peaks at j = i.
+    """
+    n_freq = 8
+    with torch.no_grad():
+        pos = torch.arange(model.config.n_positions, dtype=torch.float32)[:, None]
+        omega = 1.6 ** -torch.arange(n_freq, dtype=torch.float32)
+        cos, sin = torch.cos(pos * omega), torch.sin(pos * omega)
+        wpe = model.transformer.wpe.weight
+        wpe.zero_()
+        wpe[:, 0 : 4 * n_freq : 4], wpe[:, 1 : 4 * n_freq : 4] = cos, sin
+        wpe[:, 2 : 4 * n_freq : 4], wpe[:, 3 : 4 * n_freq : 4] = -cos, -sin
+        model.transformer.wte.weight.mul_(0.01)
+        c_attn = model.transformer.h[layer].attn.c_attn  # Conv1D: x @ W, W (embd, 3 * embd)
+        embd, head_dim = model.config.n_embd, model.config.n_embd // model.config.n_head
+        for part in (0, 1):  # q, then k
+            cols = slice(part * embd + head * head_dim, part * embd + (head + 1) * head_dim)
+            c_attn.weight[:, cols] = 0.0
+            c_attn.bias[cols] = 0.0
+            for f in range(n_freq):
+                c_attn.weight[4 * f, cols.start + 2 * f] = gain
+                c_attn.weight[4 * f + 1, cols.start + 2 * f + 1] = gain

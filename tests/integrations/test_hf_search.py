@@ -1,0 +1,153 @@
+"""Post-hoc plan search on tiny HF models: mass measurement, budgets, plan files, data."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from hf_models import VOCAB, plant_local_head, tiny_model
+
+from aah.attention import coverage
+from aah.controller.plan import load_plan
+from aah.integrations import hf
+from aah.integrations.hf_data import token_batches
+from aah.integrations.hf_plan import SearchedPlan
+from aah.integrations.hf_search import (
+    default_candidates,
+    measure_mass,
+    plan_from_mass,
+    search_plan,
+)
+
+T = 64
+CANDIDATES = [1, 2, 4, 8, 16, 32, 64]
+
+
+def calib(n: int = 2, seed: int = 3) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (n, T), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module")
+def planted() -> tuple[torch.nn.Module, torch.Tensor]:
+    """GPT-2 whose layer 0 head 0 looks at its last few tokens; its measured mass."""
+    model = tiny_model("gpt2")
+    plant_local_head(model, layer=0, head=0)
+    ids = calib()
+    return model, measure_mass(model, [ids[:1], ids[1:]], CANDIDATES)
+
+
+def test_mass_separates_the_planted_local_head(planted) -> None:
+    _, mass = planted
+    assert mass.shape == (2, 4, len(CANDIDATES))
+    assert mass[0, 0, 2] < 1e-3  # beyond 4 keys: nothing
+    others = torch.cat([mass[0, 1:], mass[1]])
+    assert (others[:, 2] > 0.5).all()  # random heads spread over the whole context
+    assert (mass[..., -1] == 0).all()  # the full window loses nothing
+    assert (mass[..., :-1].diff(dim=-1) <= 1e-9).all()  # wider windows never lose more
+
+
+@pytest.mark.parametrize("budget", [0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95, 1.0])
+def test_search_never_exceeds_the_budget(planted, budget: float) -> None:
+    _, mass = planted
+    plan = plan_from_mass(mass, CANDIDATES, T, budget, "GPT2LMHeadModel")
+    assert plan.coverage <= budget
+    assert plan.coverage == pytest.approx(coverage(plan.windows, T).causal, abs=0)
+    assert all(w in CANDIDATES for row in plan.windows for w in row)
+    flat = [w for row in plan.windows for w in row]
+    # While the budget binds, the planted head gets the smallest window of all heads (strictly,
+    # once the others can afford more); spare budget may later widen it at no mass cost.
+    if budget <= 0.8:
+        assert flat[0] <= min(flat[1:])
+    if 0.2 <= budget <= 0.8:
+        assert flat[0] < min(flat[1:])
+
+
+def test_full_budget_gives_full_windows_to_spread_heads(planted) -> None:
+    _, mass = planted
+    plan = plan_from_mass(mass, CANDIDATES, T, 1.0, "m")
+    assert all(w == T for row in plan.windows for w in row[1:])
+    assert plan.lost_mass < 1e-3
+
+
+def test_budget_below_the_smallest_window_is_refused(planted) -> None:
+    _, mass = planted
+    with pytest.raises(ValueError, match="smallest candidate"):
+        plan_from_mass(mass[..., 2:], CANDIDATES[2:], T, 0.05, "m")
+    with pytest.raises(ValueError, match="budget"):
+        plan_from_mass(mass, CANDIDATES, T, 0.0, "m")
+
+
+def test_search_plan_end_to_end_with_gqa_leaves_the_model_as_it_was() -> None:
+    model = tiny_model("llama")
+    ids = calib(seed=5)
+    with torch.no_grad():
+        before = model(ids).logits
+    plan = search_plan(model, ids, 0.4, seq_len=32, sample_queries=16)
+    assert plan.model == "LlamaForCausalLM" and plan.seq_len == 32
+    assert plan.candidates == default_candidates(32)
+    assert len(plan.windows) == 2 and all(len(row) == 4 for row in plan.windows)
+    assert plan.coverage <= 0.4
+    assert model.config._attn_implementation == "sdpa" and hf.current_plan(model) is None
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, before)
+
+
+def test_plan_json_round_trips_exactly(tmp_path) -> None:
+    plan = SearchedPlan(
+        windows=[[16, 64, 8], [512, 1, 32]],
+        budget=0.3,
+        coverage=0.1 + 0.2,  # a float whose repr is long: must survive exactly
+        candidates=[1, 8, 16, 32, 64, 512],
+        model="Qwen2ForCausalLM",
+        seq_len=512,
+        lost_mass=1 / 3,
+    )
+    assert SearchedPlan.from_json(plan.to_json()) == plan
+    path = tmp_path / "plan.json"
+    plan.save(path)
+    assert SearchedPlan.load(path) == plan
+    assert load_plan(str(path)) == plan.windows  # the project's plan reader takes it too
+    data = json.loads(path.read_text())
+    assert set(data) >= {"windows", "budget", "coverage", "candidates", "model"}
+
+
+def test_plan_json_errors_name_the_problem() -> None:
+    good = json.loads(SearchedPlan([[4]], 0.5, 0.4, [4], "GPT2LMHeadModel", 8).to_json())
+    with pytest.raises(ValueError, match="candidates"):
+        SearchedPlan.from_json(json.dumps({k: v for k, v in good.items() if k != "candidates"}))
+    with pytest.raises(ValueError, match="unknown"):
+        SearchedPlan.from_json(json.dumps({**good, "extra": 1}))
+    with pytest.raises(ValueError, match="window"):
+        SearchedPlan.from_json(json.dumps({**good, "windows": [[0]]}))
+
+
+def test_token_batches_from_text_ids_and_tensors() -> None:
+    text = "héllo, world " * 10
+    batches = token_batches(text, 16, batch_size=2, vocab_size=VOCAB)
+    stream = list(text.encode("utf-8"))
+    assert torch.cat(batches).reshape(-1).tolist() == stream[: len(stream) // 16 * 16]
+    assert all(b.shape[1] == 16 for b in batches) and batches[0].shape[0] == 2
+    assert token_batches([[1, 2, 3], [4, 5]], 8)[0].tolist() == [[1, 2, 3, 4, 5]]
+    assert len(token_batches(torch.arange(40).view(2, 20), 10, max_batches=3)) == 3
+    with pytest.raises(ValueError, match="vocab_size >= 256"):
+        token_batches("abc", 4, vocab_size=100)
+    with pytest.raises(ValueError, match=r"\[0, 10\)"):
+        token_batches([[1, 12]], 4, vocab_size=10)
+
+
+def test_import_without_transformers_and_a_clear_error() -> None:
+    code = (
+        "import sys; sys.modules['transformers'] = None\n"
+        "import aah.integrations.hf_cli\n"
+        "print('parser loads torch:', 'torch' in sys.modules)\n"
+        "import aah, aah.integrations.hf as hf, aah.integrations.hf_search, "
+        "aah.integrations.hf_report, aah.integrations.hf_cli\n"
+        "try:\n    hf.register()\nexcept ImportError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'aah[hf]'" in out.stdout
+    assert "parser loads torch: False" in out.stdout  # the CLI builds its parser cheaply
