@@ -11,6 +11,7 @@ BENCHMARKS = {
     "training": "aah.train.bench",
     "attention": "aah.bench.attention",
     "decode": "aah.bench.decode",
+    "variants": "aah.bench.variants",
 }
 
 

@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from aah.cli import bench_cmd, eval_cmd, generate_cmd, plan_cmd, train_cmd
+from aah.cli import bench_cmd, eval_cmd, generate_cmd, lab_cmd, plan_cmd, train_cmd
 
 AddArgs = Callable[[argparse.ArgumentParser], None]
 Run = Callable[[argparse.Namespace, list[str]], int]
@@ -49,7 +49,7 @@ COMMANDS: dict[str, tuple[str, AddArgs, Run]] = {
         eval_cmd.run,
     ),
     "bench": (
-        "Benchmarks: 'training' (tokens/s, full vs windowed plans), 'attention'.",
+        "Benchmarks: training, attention, decode, variants (aah bench NAME --help).",
         bench_cmd.add_arguments,
         bench_cmd.run,
     ),
@@ -58,6 +58,11 @@ COMMANDS: dict[str, tuple[str, AddArgs, Run]] = {
         "Stream text sampled from a run's model, with its per-head KV cache.",
         generate_cmd.add_generate_arguments,
         _no_extra(generate_cmd.run_generate),
+    ),
+    "lab": (
+        "Small experiments from the attention-variants chapter: 'masks' (causal vs local).",
+        lab_cmd.add_lab_arguments,
+        lab_cmd.run_lab,
     ),
     "plan": (
         "Window plans: 'export RUN_DIR' prints the plan in force as JSON.",

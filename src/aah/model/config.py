@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-POSITIONS = ("rope", "learned", "none")
-ATTENTIONS = ("softmax",)
+POSITIONS = ("rope", "learned", "none", "alibi", "relative")
+# Kept equal to aah.attention.variants.VARIANTS (not imported: configs stay torch-free).
+ATTENTIONS = (
+    "softmax", "additive", "bilinear", "block-sparse", "global-tokens",
+    "low-rank", "kernel", "kernel-favor",
+)  # fmt: skip
+SCORE_BIAS_POSITIONS = ("alibi", "relative")
+NO_SCORE_ATTENTIONS = ("low-rank", "kernel", "kernel-favor")
 NORMS = ("rmsnorm", "layernorm")
 
 
@@ -15,6 +21,8 @@ class GPTConfig:
 
     `n_kv_head` < `n_head` gives GQA (1 gives MQA); `max_seq_len` is also the training length.
     `backend` is the `aah.attention.windowed_attention` backend name.
+    `attention` names an `aah.attention.variants` variant; `position` "alibi"/"relative" are
+    score biases that the attention variant applies inside its windowed computation.
     """
 
     vocab_size: int = 256
@@ -63,6 +71,11 @@ class GPTConfig:
             raise ValueError(f"model.rope_base must be > 1, got {self.rope_base!r}")
         if self.attention not in ATTENTIONS:
             raise ValueError(f"model.attention must be one of {ATTENTIONS}, got {self.attention!r}")
+        if self.position in SCORE_BIAS_POSITIONS and self.attention in NO_SCORE_ATTENTIONS:
+            raise ValueError(
+                f"model.position {self.position!r} is a score bias; model.attention "
+                f"{self.attention!r} has no explicit scores (use rope, learned or none)"
+            )
         if self.norm not in NORMS:
             raise ValueError(f"model.norm must be one of {NORMS}, got {self.norm!r}")
         if not 0.0 <= self.dropout < 1.0:

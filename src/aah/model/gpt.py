@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from aah.attention import windowed_attention
+from aah.attention.variants import make_variant
 from aah.model.config import GPTConfig
 from aah.model.positions import NoPosition, make_position
 
@@ -40,6 +41,19 @@ class Attention(nn.Module):
         self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
         self.dropout = nn.Dropout(config.dropout)
         self.windows: tuple[int, ...] = (config.max_seq_len,) * config.n_head
+        # Plain softmax without a score bias IS windowed_attention: keep calling it directly.
+        plain = config.attention == "softmax" and config.position not in ("alibi", "relative")
+        self.attend: nn.Module | None = None
+        if not plain:
+            self.attend = make_variant(
+                config.attention,
+                n_head=config.n_head,
+                n_kv_head=config.n_kv_head,
+                head_dim=config.head_dim,
+                max_seq_len=config.max_seq_len,
+                position=config.position,
+                backend=config.backend,
+            )
 
     def forward(self, x: torch.Tensor, position: NoPosition) -> tuple[torch.Tensor, QKV]:
         b, t, _ = x.shape
@@ -50,7 +64,10 @@ class Attention(nn.Module):
         v = v.view(b, t, hkv, d).transpose(1, 2)
         q, k = position.rotate(q, k)
         # K/V stay at Hkv heads: windowed_attention maps query head h to kv head h // (Hq/Hkv).
-        y = windowed_attention(q, k, v, self.windows, backend=self.backend)
+        if self.attend is None:
+            y = windowed_attention(q, k, v, self.windows, backend=self.backend)
+        else:  # a variant (or a score-bias position): same windows, same GQA layout
+            y = self.attend(q, k, v, self.windows)
         y = y.transpose(1, 2).reshape(b, t, hq * d)
         return self.dropout(self.proj(y)), (q, k, v)
 
@@ -185,5 +202,12 @@ class GPT(nn.Module):
         """(B, T + max_new_tokens) tokens: the prompt, then tokens decoded with a per-head KV
         cache; see `aah.model.generate.generate` for the contract."""
         from aah.model.generate import generate  # lazy: decoding code loads only when used
+
+        cfg = self.config
+        if cfg.attention != "softmax" or cfg.position in ("alibi", "relative"):
+            raise ValueError(
+                "cached decoding supports model.attention 'softmax' with rope/learned/none "
+                f"positions only, got attention {cfg.attention!r}, position {cfg.position!r}"
+            )
 
         return generate(self, idx, max_new_tokens, temperature, top_k, top_p, seed)

@@ -69,6 +69,7 @@ def make_position(config: GPTConfig) -> NoPosition:
         return RotaryPosition(config.max_seq_len, config.head_dim, config.rope_base)
     if config.position == "learned":
         return LearnedPosition(config.max_seq_len, config.d_model)
-    if config.position == "none":
+    if config.position in ("none", "alibi", "relative"):
+        # alibi / relative are score biases applied by the attention variant, not here.
         return NoPosition()
     raise ValueError(f"model.position {config.position!r} is not a known position scheme")
