@@ -153,17 +153,25 @@ def _pad_queries(x: torch.Tensor, geo: BandGeometry) -> torch.Tensor:
     return F.pad(x, (0, 0, 0, geo.back_pad)) if geo.back_pad else x
 
 
+def _empty_in_layout_of(x: torch.Tensor, length: int) -> torch.Tensor:
+    """(B, H, length, D) in x's memory order: (B, T, H, D) memory (a model's projections) or
+    (B, H, T, D). Matching it spares a layout copy downstream (reshape, gradient accumulation)."""
+    b, h, _, d = x.shape
+    if x.stride(1) < x.stride(2):
+        return x.new_empty(b, length, h, d).transpose(1, 2)
+    return x.new_empty(b, h, length, d)
+
+
 class _BandedWindow(torch.autograd.Function):
     """Forward and recomputing backward of the prefix + masked-block decomposition."""
 
     @staticmethod
     def forward(ctx, q, k, v, windows: tuple[int, ...], scale: float):  # type: ignore[override]
-        batch, n_heads, seq_len, head_dim = q.shape
+        batch, seq_len = q.shape[0], q.shape[2]
         geo = geometry(windows, seq_len)
         mask = _band_mask(geo, q.device, q.dtype)
         qp, kp, vp = _pad_queries(q, geo), _pad_keys(k, geo), _pad_keys(v, geo)
-        # Output in (B, T, H, D) memory: what the model's output projection wants next.
-        out = q.new_empty(batch, seq_len, n_heads, head_dim).transpose(1, 2)
+        out = _empty_in_layout_of(q, seq_len)
         saved = []
         for bi in range(batch):
             out_pre, lse_pre, out_blk, lse_blk = _forward_one(
@@ -184,12 +192,11 @@ class _BandedWindow(torch.autograd.Function):
         geo, scale = ctx.geo, ctx.scale
         mask = _band_mask(geo, qp.device, qp.dtype)
         grad_out = _pad_queries(grad_out, geo)
-        batch, n_q_heads, _, head_dim = qp.shape
+        batch = qp.shape[0]
         seq_len, front = geo.seq_len, geo.front_pad
-        dq = qp.new_empty(batch, seq_len, n_q_heads, head_dim).transpose(1, 2)
-        # K/V gradients are built in the padded layout and returned as views: no extra copies.
-        padded = (batch, kp.shape[2], kp.shape[1], head_dim)
-        dk, dv = kp.new_empty(padded).transpose(1, 2), vp.new_empty(padded).transpose(1, 2)
+        dq = _empty_in_layout_of(qp, seq_len)
+        # K/V gradients are built padded and returned as views: no extra copies.
+        dk, dv = _empty_in_layout_of(kp, kp.shape[2]), _empty_in_layout_of(vp, vp.shape[2])
         for bi in range(batch):
             out_pre, lse_pre, out_blk, lse_blk = saved[4 * bi : 4 * bi + 4]
             _backward_one(
