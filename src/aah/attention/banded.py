@@ -153,13 +153,13 @@ def _pad_queries(x: torch.Tensor, geo: BandGeometry) -> torch.Tensor:
     return F.pad(x, (0, 0, 0, geo.back_pad)) if geo.back_pad else x
 
 
-def _empty_in_layout_of(x: torch.Tensor, length: int) -> torch.Tensor:
-    """(B, H, length, D) in x's memory order: (B, T, H, D) memory (a model's projections) or
-    (B, H, T, D). Matching it spares a layout copy downstream (reshape, gradient accumulation)."""
+def _empty_bthd(x: torch.Tensor, length: int) -> torch.Tensor:
+    """(B, H, length, D) laid out as (B, T, H, D) in memory: the fused kernel's own output and
+    gradient layout, so filling it is a contiguous copy (measured: w=128 fwd+bwd at T=4096,
+    ratio 0.16 this way against 0.19 in (B, H, T, D) memory, even with (B, H, T, D) inputs).
+    It is also what a model's output projection reads next without a copy."""
     b, h, _, d = x.shape
-    if x.stride(1) < x.stride(2):
-        return x.new_empty(b, length, h, d).transpose(1, 2)
-    return x.new_empty(b, h, length, d)
+    return x.new_empty(b, length, h, d).transpose(1, 2)
 
 
 class _BandedWindow(torch.autograd.Function):
@@ -171,7 +171,7 @@ class _BandedWindow(torch.autograd.Function):
         geo = geometry(windows, seq_len)
         mask = _band_mask(geo, q.device, q.dtype)
         qp, kp, vp = _pad_queries(q, geo), _pad_keys(k, geo), _pad_keys(v, geo)
-        out = _empty_in_layout_of(q, seq_len)
+        out = _empty_bthd(q, seq_len)
         saved = []
         for bi in range(batch):
             out_pre, lse_pre, out_blk, lse_blk = _forward_one(
@@ -194,9 +194,9 @@ class _BandedWindow(torch.autograd.Function):
         grad_out = _pad_queries(grad_out, geo)
         batch = qp.shape[0]
         seq_len, front = geo.seq_len, geo.front_pad
-        dq = _empty_in_layout_of(qp, seq_len)
+        dq = _empty_bthd(qp, seq_len)
         # K/V gradients are built padded and returned as views: no extra copies.
-        dk, dv = _empty_in_layout_of(kp, kp.shape[2]), _empty_in_layout_of(vp, vp.shape[2])
+        dk, dv = _empty_bthd(kp, kp.shape[2]), _empty_bthd(vp, vp.shape[2])
         for bi in range(batch):
             out_pre, lse_pre, out_blk, lse_blk = saved[4 * bi : 4 * bi + 4]
             _backward_one(

@@ -84,7 +84,9 @@ def grouped_attention(
         q_b = q[:, _as_index(bucket.q_heads)]
         kv_index = _as_index(bucket.kv_heads)
         outs.append(_run_bucket(q_b, k[:, kv_index], v[:, kv_index], bucket, seq_len, scale))
-    out = torch.cat(outs, dim=1)
+    # Concatenate in (B, T, H, D) memory, the layout the banded kernel produces (and a model
+    # reads next): a contiguous copy per position instead of a transposing one.
+    out = torch.cat([o.transpose(1, 2) for o in outs], dim=2).transpose(1, 2)
     return out if plan.order is None else out[:, list(plan.order)]
 
 

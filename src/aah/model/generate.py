@@ -126,6 +126,16 @@ def sample(
     return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
 
+def check_decodable(model: GPT) -> None:
+    """The KV cache decodes plain softmax attention with rope/learned/no positions only."""
+    cfg = model.config
+    if cfg.attention != "softmax" or cfg.position in ("alibi", "relative"):
+        raise ValueError(
+            "cached decoding supports model.attention 'softmax' with rope/learned/none "
+            f"positions only, got attention {cfg.attention!r}, position {cfg.position!r}"
+        )
+
+
 def stream(
     model: GPT,
     idx: torch.Tensor,
@@ -137,6 +147,7 @@ def stream(
 ) -> Iterator[torch.Tensor]:
     """An iterator over the new tokens (B,), each yielded as soon as it is chosen; arguments
     as in `generate`, and checked now (ValueError), before any token is computed."""
+    check_decodable(model)
     check_sampling(max_new_tokens, temperature, top_k, top_p)
     check_prompt(model, idx, max_new_tokens)
     return _tokens(model, idx, max_new_tokens, temperature, top_k, top_p, seed)

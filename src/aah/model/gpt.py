@@ -203,11 +203,4 @@ class GPT(nn.Module):
         cache; see `aah.model.generate.generate` for the contract."""
         from aah.model.generate import generate  # lazy: decoding code loads only when used
 
-        cfg = self.config
-        if cfg.attention != "softmax" or cfg.position in ("alibi", "relative"):
-            raise ValueError(
-                "cached decoding supports model.attention 'softmax' with rope/learned/none "
-                f"positions only, got attention {cfg.attention!r}, position {cfg.position!r}"
-            )
-
         return generate(self, idx, max_new_tokens, temperature, top_k, top_p, seed)
