@@ -160,12 +160,18 @@ def test_import_aah_is_light():
     assert proc.stdout.split() == ["False", "True"], proc.stderr
 
 
+REGIMES = ("full-adaptive", "shallow-freeze", "deep-reuse", "grouping-off")
+
+
 def test_bench_training_last_line_is_json(capsys):
     assert main(["bench", "training", "--seq-lens", "16", "--steps", "1", "--warmup", "0",
                  "--batch-size", "1", "--threads", "1"]) == 0  # fmt: skip
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["benchmark"] == "training" and result["threads"] == 1
     rows = {r["plan"]: r for r in result["rows"]}
-    assert set(rows) == {"full", "budget-like", "fixed-T/4"}
+    assert set(rows) == {"full", "fixed-T/4", "budget", *(f"aah-v3-{r}" for r in REGIMES)}
     assert rows["full"]["causal_coverage"] == 1.0 and rows["fixed-T/4"]["acr"] == 0.25
+    # The budget policy's own plan never exceeds its budget (0.3 by default).
+    assert rows["budget"]["causal_coverage"] <= 0.3
+    assert rows["full"]["controller_share"] == 0.0 and rows["budget"]["controller_share"] > 0
     assert main(["bench", "training", "--seq-lens", "x"]) == 2

@@ -1,8 +1,10 @@
 """Training throughput of full attention vs windowed plans, measured interleaved in one run.
 
 For each sequence length, one demo-size model takes optimizer steps under each plan in
-turn (full; a budget-0.3-like static mix; fixed T/4), so drift in machine speed hits all
-plans alike; the median of the timed steps gives tokens/s.
+turn, so drift in machine speed hits all plans alike; the median of the timed steps gives
+tokens/s. Plans: full; fixed T/4; and the plan each controller policy (budget 0.3 and the
+aah-v3 regimes) picks from the model's own Q/K/V, with that update's controller time, whose
+share of step time assumes one update per control interval.
 """
 
 from __future__ import annotations
@@ -17,25 +19,38 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from aah.controller import ControllerConfig, make_policy
 from aah.eval.evaluate import plan_diagnostics
 from aah.model import GPT, GPTConfig
 from aah.train.distributed import resolve_device
 
+POLICIES = (
+    "budget",
+    "aah-v3-full-adaptive",
+    "aah-v3-shallow-freeze",
+    "aah-v3-deep-reuse",
+    "aah-v3-grouping-off",
+)
 
-def bench_plans(n_layer: int, n_head: int, seq_len: int) -> dict[str, list[list[int]]]:
-    """full; budget-like: per layer 6 x T/8, 1 x T/4, 1 x T/2 (rotated by layer, causal
-    coverage ~0.32 for 8 heads); fixed T/4."""
-    t = seq_len
-    mix = [max(1, t // 8)] * max(0, n_head - 2) + [max(1, t // 4), max(1, t // 2)]
-    mix = mix[:n_head]
-    budget = [
-        mix[-(i % n_head) :] + mix[: -(i % n_head)] if i % n_head else mix for i in range(n_layer)
-    ]
-    return {
-        "full": [[t] * n_head for _ in range(n_layer)],
-        "budget-like": budget,
-        "fixed-T/4": [[max(1, t // 4)] * n_head for _ in range(n_layer)],
-    }
+
+def policy_plans(
+    model: GPT, x: torch.Tensor, policies: tuple[str, ...], budget: float
+) -> dict[str, tuple[list[list[int]], float]]:
+    """Each policy's first decision on the model's own Q/K/V: (plan, update seconds)."""
+    cfg = model.config
+    with torch.no_grad():
+        _, qkv = model(x, capture_qkv=True)
+    out = {}
+    for name in policies:
+        policy = make_policy(
+            ControllerConfig(policy=name, warmup_steps=0, budget=budget),
+            n_layer=cfg.n_layer, n_head=cfg.n_head, n_kv_head=cfg.n_kv_head,
+            seq_len=cfg.max_seq_len,
+        )  # fmt: skip
+        start = time.perf_counter()
+        plan = policy.update(0, qkv)
+        out[name] = (plan, time.perf_counter() - start)
+    return out
 
 
 def bench_training(
@@ -50,6 +65,8 @@ def bench_training(
     n_layer: int = 4,
     d_model: int = 256,
     n_head: int = 8,
+    budget: float = 0.3,
+    interval: int = 5,
 ) -> dict[str, Any]:
     if threads:
         torch.set_num_threads(threads)
@@ -68,7 +85,11 @@ def bench_training(
         model = GPT(config).to(dev)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         x = torch.randint(0, 256, (batch_size, seq_len + 1), device=dev)
-        plans = bench_plans(n_layer, n_head, seq_len)
+        decided = policy_plans(model, x[:, :-1], POLICIES, budget)
+        plans = {
+            "full": [[seq_len] * n_head for _ in range(n_layer)],
+            "fixed-T/4": [[max(1, seq_len // 4)] * n_head for _ in range(n_layer)],
+        } | {name: plan for name, (plan, _) in decided.items()}
         times: dict[str, list[float]] = {name: [] for name in plans}
         for i in range(warmup + steps):
             for name, plan in plans.items():  # interleaved: drift hits every plan alike
@@ -89,6 +110,7 @@ def bench_training(
         for name, plan in plans.items():
             median = statistics.median(times[name])
             diag = plan_diagnostics(plan, seq_len)
+            update_s = decided[name][1] if name in decided else 0.0
             rows.append(
                 {
                     "seq_len": seq_len,
@@ -99,6 +121,8 @@ def bench_training(
                     "ms_per_step": round(1000 * median, 1),
                     "tokens_per_s": round(batch_size * seq_len / median, 1),
                     "speedup_vs_full": round(full_s / median, 3),
+                    "controller_ms": round(1000 * update_s, 1),
+                    "controller_share": round(update_s / (interval * median + update_s), 4),
                 }
             )
     return {
@@ -124,6 +148,7 @@ def format_table(result: dict[str, Any]) -> str:
     cols = (
         "seq_len",
         "plan",
+        "controller_share",
         "causal_coverage",
         "executed_ratio",
         "ms_per_step",
@@ -139,7 +164,7 @@ def format_table(result: dict[str, Any]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="aah bench training",
-        description="Training tokens/s of full vs budget-like vs fixed T/4 plans, interleaved.",
+        description="Training tokens/s of full vs fixed T/4 vs each policy's plan, interleaved.",
     )
     p.add_argument("--seq-lens", default="1024,4096", help="comma list (default 1024,4096)")
     p.add_argument("--batch-size", type=int, default=2)
