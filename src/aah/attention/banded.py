@@ -16,7 +16,7 @@ band, so the mask alone keeps them out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -101,7 +101,8 @@ def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return zeros.masked_fill(~allowed, float("-inf"))
 
 
-@cache
+# Bounded: a mixed-window prefix mask is (1, H, W, W) and can reach hundreds of MB.
+@lru_cache(maxsize=16)
 def _band_mask(geo: BandGeometry, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """Additive mask, (b, L) or per head (1, H, b, L): query r sees span key c iff
     w' - w_h < c - r <= w'."""
@@ -115,7 +116,7 @@ def _band_mask(geo: BandGeometry, device: torch.device, dtype: torch.dtype) -> t
     return _additive((offset <= geo.span_before) & (offset > geo.span_before - windows), dtype)
 
 
-@cache
+@lru_cache(maxsize=4)
 def _prefix_mask(
     geo: BandGeometry, device: torch.device, dtype: torch.dtype
 ) -> torch.Tensor | None:

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -68,7 +68,3 @@ def coverage(windows: object, seq_len: int) -> Coverage:
 def executed_ratio(executed_elements: int, n_heads: int, seq_len: int) -> float:
     """Executed score elements over what a full causal kernel computes for the same heads."""
     return executed_elements / (n_heads * causal_pairs(seq_len))
-
-
-def ratio_of(windows: Sequence[int], seq_len: int, executed_elements: int) -> float:
-    return executed_ratio(executed_elements, len(windows), seq_len)
