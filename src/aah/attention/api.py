@@ -109,7 +109,7 @@ def windowed_attention(
     return chosen.run(q, k, v, plan, float(scale))
 
 
-def executed_elements(backend: str, windows: Sequence[int], seq_len: int, **kw: object) -> int:
+def executed_elements(backend: str, windows: Sequence[int], seq_len: int) -> int:
     """Score elements `backend` computes for one batch element of these windows."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")

@@ -23,12 +23,9 @@ class Bucket:
 
     window: int  # min(w, T); == T means full causal
     q_heads: tuple[int, ...]
-    kv_heads: tuple[int, ...]  # one per query head when `kv_shared` is False
-
-    @property
-    def kv_shared(self) -> bool:
-        """True when K/V can be indexed once per KV head (the bucket holds whole GQA groups)."""
-        return len(self.kv_heads) != len(self.q_heads)
+    # One per KV head when the bucket holds whole GQA groups (the kernel shares them natively),
+    # else one per query head.
+    kv_heads: tuple[int, ...]
 
 
 @dataclass(frozen=True)
