@@ -1,16 +1,18 @@
-"""Exact sliding-window attention for one window w, in O(T (w + b)) work and O(T w) memory.
+"""Exact sliding-window attention in O(T (W + b)) work and O(T W) memory, W the widest window.
 
-Shapes: q (B, Hq, T, D); k, v (B, Hkv, T, D). Query i sees keys i - w < j <= i.
+Shapes: q (B, Hq, T, D); k, v (B, Hkv, T, D). Query i of head h sees keys i - w_h < j <= i.
 
-Decomposition, with block size b and w' = w rounded up to a multiple of b:
-- prefix: queries [0, w) see every earlier key: plain causal attention on [0, w).
-- blocks: queries [w, T) in blocks of b. The block starting at s needs keys s-w+1 .. s+b-1; it
-  reads the aligned span [s-w', s+b) (L = w' + b keys) under one (b, L) band mask. The spans are
-  strided views of K/V (no copies) and GQA is handled by the kernel, so K/V are never repeated.
+Decomposition, with block size b and W' = W rounded up to a multiple of b:
+- prefix: queries [0, W) see every earlier key within their window: one causal call (a
+  per-head mask only when some head's window is narrower than W).
+- blocks: queries [W, T) in blocks of b. The block starting at s needs keys s-W+1 .. s+b-1; it
+  reads the aligned span [s-W', s+b) (L = W' + b keys) under one band mask, (b, L) or per head.
+  Spans are strided views of K/V (no copies) and GQA is native to the kernel, so K/V are never
+  repeated.
 Both run in PyTorch's fused CPU flash kernel, batched over blocks. The backward calls the
-kernel's own backward and folds each span's key gradient back with L / b block-aligned adds.
-Keys before position 0 (front padding, only when b does not divide w) are always outside the
-band, so the mask alone keeps them out.
+kernel's own backward and folds the span gradients back into place with one strided reduction.
+Keys before position 0 (front padding, only when b does not divide W) are always outside the
+band, so the mask alone keeps them out. `grouped` calls this once per window bucket.
 """
 
 from __future__ import annotations
