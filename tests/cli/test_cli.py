@@ -65,10 +65,10 @@ def test_python_dash_m_help():
         assert command in proc.stdout
 
 
-@pytest.mark.parametrize("command", ["report"])
-def test_not_yet_available(command, capsys):
-    assert main([command]) == 2
-    assert "not yet available" in capsys.readouterr().err
+def test_report_of_a_missing_run_exits_2(tmp_path, capsys):
+    missing = tmp_path / "missing"
+    assert main(["report", str(missing)]) == 2
+    assert str(missing) in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

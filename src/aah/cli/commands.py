@@ -6,24 +6,12 @@ Heavy imports (torch, the model) happen inside each command's run, not at import
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 
 from aah.cli import bench_cmd, eval_cmd, generate_cmd, lab_cmd, plan_cmd, train_cmd
 
 AddArgs = Callable[[argparse.ArgumentParser], None]
 Run = Callable[[argparse.Namespace, list[str]], int]
-
-
-def _not_yet(name: str) -> tuple[AddArgs, Run]:
-    def add(p: argparse.ArgumentParser) -> None:
-        p.add_argument("args", nargs="*", help="arguments (reserved)")
-
-    def run(args: argparse.Namespace, extra: list[str]) -> int:
-        print(f"aah {name}: not yet available", file=sys.stderr)
-        return 2
-
-    return add, run
 
 
 def _no_extra(run: Callable[[argparse.Namespace], int]) -> Run:
@@ -35,6 +23,27 @@ def _no_extra(run: Callable[[argparse.Namespace], int]) -> Run:
         return run(args)
 
     return wrapped
+
+
+def _add_report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (from aah train)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help="where to write the report (default RUN_DIR/report)",
+    )
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    """Write report.html and its PNG figures; print the page's path."""
+    from pathlib import Path
+
+    from aah.report import build_report
+
+    path = build_report(Path(args.run_dir), Path(args.out) if args.out else None)
+    print(path)
+    return 0
 
 
 COMMANDS: dict[str, tuple[str, AddArgs, Run]] = {
@@ -53,7 +62,11 @@ COMMANDS: dict[str, tuple[str, AddArgs, Run]] = {
         bench_cmd.add_arguments,
         bench_cmd.run,
     ),
-    "report": ("Tables and plots over run directories (not yet available).", *_not_yet("report")),
+    "report": (
+        "One run's report: report.html with loss, coverage and window plots (needs aah[plots]).",
+        _add_report_arguments,
+        _no_extra(_run_report),
+    ),
     "generate": (
         "Stream text sampled from a run's model, with its per-head KV cache.",
         generate_cmd.add_generate_arguments,

@@ -1,0 +1,134 @@
+"""One self-contained HTML report for a run directory: figures inlined as base64 PNGs,
+the summary.json numbers as a table, and the resolved config.toml."""
+
+from __future__ import annotations
+
+import base64
+import html
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from aah.eval import records
+from aah.report import plots
+
+REPORT = "report.html"
+#: (file name, caption) of each figure, in page order.
+FIGURES = (
+    ("loss.png", "Train and validation loss"),
+    ("coverage.png", "ACR and causal coverage over training"),
+    ("windows.png", "Per-layer x head windows over training"),
+    ("final_windows.png", "Final window map"),
+)
+#: summary.json keys shown first, with their number format.
+SUMMARY_FORMATS = {
+    "val_loss": ".4f",
+    "val_bpb": ".4f",
+    "acr": ".3f",
+    "causal_coverage": ".3f",
+    "executed_ratio": ".3f",
+    "train_tokens_per_s": ",.0f",
+    "peak_rss_mb": ",.0f",
+}
+
+
+def format_value(key: str, value: Any) -> str:
+    """A summary value as the report shows it (floats to a fixed number of digits)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, float):
+        return format(value, SUMMARY_FORMATS.get(key, ".4g"))
+    return format(value, ",") if key in SUMMARY_FORMATS else str(value)
+
+
+def _require(path: Path) -> Path:
+    if not path.exists():
+        raise ValueError(f"{str(path)!r} does not exist (not a finished run directory?)")
+    return path
+
+
+def _seq_len(summary: dict[str, Any], config: dict[str, Any]) -> int:
+    seq_len = summary.get("seq_len") or config.get("model", {}).get("max_seq_len")
+    if not seq_len:
+        raise ValueError("cannot tell the sequence length: no seq_len in summary.json or config")
+    return int(seq_len)
+
+
+def _summary_table(summary: dict[str, Any]) -> str:
+    keys = [k for k in SUMMARY_FORMATS if k in summary]
+    keys += [k for k in summary if k not in SUMMARY_FORMATS]
+    rows = "\n".join(
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(format_value(k, summary[k]))}</td></tr>"
+        for k in keys
+    )
+    return f"<table>\n{rows}\n</table>"
+
+
+def _figure(path: Path, caption: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return (
+        f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(caption)}">'
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+    )
+
+
+STYLE = """
+body { font-family: sans-serif; margin: 2em; max-width: 60em; }
+table { border-collapse: collapse; } th, td { padding: 2px 10px; border-bottom: 1px solid #ddd; }
+th { text-align: left; font-weight: normal; color: #555; } td { font-family: monospace; }
+figure { margin: 1.5em 0; } img { max-width: 100%; }
+pre { background: #f6f6f6; padding: 1em; overflow-x: auto; }
+"""
+
+
+def render_page(run_dir: Path, summary: dict[str, Any], config_text: str, figures: str) -> str:
+    """The whole page as one string; it refers to no other file."""
+    title = html.escape(f"aah report: {run_dir.name}")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>{STYLE}</style></head>
+<body>
+<h1>{title}</h1>
+<p>Run directory: <code>{html.escape(str(run_dir))}</code></p>
+<h2>Summary</h2>
+{_summary_table(summary)}
+<h2>Figures</h2>
+{figures}
+<h2>Resolved config</h2>
+<pre>{html.escape(config_text)}</pre>
+</body></html>
+"""
+
+
+def build_report(run_dir: Path, out_dir: Path | None = None) -> Path:
+    """Write the figures and report.html for `run_dir` into `out_dir` (default RUN_DIR/report).
+
+    Returns the path of report.html. A missing directory or run file raises ValueError naming it.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ValueError(f"{str(run_dir)!r} is not a run directory")
+    config_text = _require(run_dir / records.CONFIG).read_text(encoding="utf-8")
+    try:
+        config = tomllib.loads(config_text)
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{str(run_dir / records.CONFIG)!r}: {err}") from err
+    summary = records.read_json(_require(run_dir / records.SUMMARY))
+    metrics = records.read_jsonl(_require(run_dir / records.METRICS))
+    plans = records.read_jsonl(_require(run_dir / records.PLANS))
+    if not plans:
+        raise ValueError(f"{str(run_dir / records.PLANS)!r} has no records")
+    seq_len = _seq_len(summary, config)
+
+    out_dir = Path(out_dir) if out_dir is not None else run_dir / "report"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (loss, _), (cov, _), (snaps, _), (final, _) = FIGURES
+    plots.loss_curve(metrics, out_dir / loss)
+    plots.coverage_curve(metrics, out_dir / cov)
+    plots.window_snapshots(plans, seq_len, out_dir / snaps)
+    plots.final_window_map(plans[-1]["windows"], seq_len, out_dir / final)
+
+    figures = "\n".join(_figure(out_dir / name, caption) for name, caption in FIGURES)
+    path = out_dir / REPORT
+    records.write_text_atomic(path, render_page(run_dir, summary, config_text, figures))
+    return path
