@@ -78,7 +78,7 @@ COMMANDS: dict[str, tuple[str, AddArgs, Run]] = {
         lab_cmd.run_lab,
     ),
     "plan": (
-        "Window plans: 'export RUN_DIR' prints the plan in force as JSON.",
+        "Window plans: export a run's plan; search or apply one on a Hugging Face model.",
         plan_cmd.add_arguments,
         plan_cmd.run,
     ),
