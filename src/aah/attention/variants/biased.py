@@ -22,6 +22,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from aah.attention.banded import BandGeometry
 from aah.attention.variants.base import masked_attention
 
 BiasFn = Callable[[torch.Tensor], torch.Tensor]  # distances (*S) -> (H, *S)
@@ -36,10 +37,9 @@ def biased_executed(windows: tuple[int, ...], seq_len: int) -> int:
     """Score elements `grouped_biased_attention` computes per batch element."""
     total = 0
     for w in {min(x, seq_len) for x in windows}:
-        b = block_for(w)
-        n = -(-(seq_len - w) // b)
-        span = -(-w // b) * b + b
-        total += sum(min(x, seq_len) == w for x in windows) * (w * w + n * b * span)
+        geo = BandGeometry((w,), seq_len, block_for(w))
+        heads = sum(min(x, seq_len) == w for x in windows)
+        total += heads * (w * w + geo.n_blocks * geo.block * geo.span)
     return total
 
 
@@ -78,15 +78,13 @@ def biased_window_attention(
     out_pre = dense_biased_attention(q[:, :, pre], k[:, :, pre], v[:, :, pre], windows, bias, scale)
     if w == seq_len:
         return out_pre
-    b = block_for(w)
-    w_pad = -(-w // b) * b
-    span = w_pad + b
-    n = -(-(seq_len - w) // b)
-    back = w + n * b - seq_len
+    # The engine's band layout (aah.attention.banded), with this path's own block size.
+    geo = BandGeometry((w,), seq_len, block_for(w))
+    b, w_pad, span, n, back = geo.block, geo.span_before, geo.span, geo.n_blocks, geo.back_pad
     # Keys padded so span m starts at padded index m * b; front padding sits beyond every
     # window (distance > w) and back padding in the future, so the tile's mask hides both.
-    kp = F.pad(k, (0, 0, w_pad - w, back))
-    vp = F.pad(v, (0, 0, w_pad - w, back))
+    kp = F.pad(k, (0, 0, geo.front_pad, back))
+    vp = F.pad(v, (0, 0, geo.front_pad, back))
     qb = F.pad(q, (0, 0, 0, back))[:, :, w:].unflatten(2, (n, b)).transpose(1, 2)
     spans_k = kp.unfold(2, span, b).permute(0, 2, 1, 4, 3)  # (B, n, Hkv, L, D) view
     spans_v = vp.unfold(2, span, b).permute(0, 2, 1, 4, 3)
