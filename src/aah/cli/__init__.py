@@ -1,4 +1,5 @@
-"""The `aah` command line (also `python -m aah`): train, eval, bench, report, generate, plan.
+"""The `aah` command line (also `python -m aah`): train, sweep, eval, bench, report, generate,
+plan, lab.
 
 Exit codes: 0 success, 2 usage or config error (message on stderr, no traceback), 130 a
 training run stopped by SIGINT/SIGTERM after checkpointing.

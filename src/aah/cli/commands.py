@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from aah.cli import bench_cmd, eval_cmd, generate_cmd, lab_cmd, plan_cmd, train_cmd
+from aah.cli import bench_cmd, eval_cmd, generate_cmd, lab_cmd, plan_cmd, sweep_cmd, train_cmd
 
 AddArgs = Callable[[argparse.ArgumentParser], None]
 Run = Callable[[argparse.Namespace, list[str]], int]
@@ -26,23 +26,42 @@ def _no_extra(run: Callable[[argparse.Namespace], int]) -> Run:
 
 
 def _add_report_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (from aah train)")
+    p.add_argument(
+        "path",
+        metavar="PATH",
+        help="a run directory (from aah train) or a results directory (from aah sweep)",
+    )
     p.add_argument(
         "--out",
         metavar="DIR",
         default=None,
-        help="where to write the report (default RUN_DIR/report)",
+        help="where to write the report (default RUN_DIR/report for a run, the results "
+        "directory itself for a suite report)",
     )
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    """Write report.html and its PNG figures; print the page's path."""
+    """A run directory (summary.json) gets report.html; a results directory (<suite>.csv
+    files) gets REPORT.md over its suites. Print the report's path."""
     from pathlib import Path
 
+    from aah.eval import records
     from aah.report import build_report
+    from aah.report.suite import build_suite_report, is_results_dir
 
-    path = build_report(Path(args.run_dir), Path(args.out) if args.out else None)
-    print(path)
+    path = Path(args.path)
+    out = Path(args.out) if args.out else None
+    if (path / records.SUMMARY).exists():
+        report = build_report(path, out)
+    elif is_results_dir(path):
+        report = build_suite_report(path, out)
+    else:
+        raise ValueError(
+            f"{str(path)!r} is neither a finished run directory (no "
+            f"{str(path / records.SUMMARY)!r}) nor a results directory (no <suite>.csv "
+            "from aah sweep)"
+        )
+    print(report)
     return 0
 
 
@@ -51,6 +70,11 @@ COMMANDS: dict[str, tuple[str, AddArgs, Run]] = {
         "Train a model (or resume a run) and print its window map.",
         train_cmd.add_arguments,
         train_cmd.run,
+    ),
+    "sweep": (
+        "Train a suite's grid of regimes x seeds (resumable) into OUT/<suite>.csv.",
+        sweep_cmd.add_arguments,
+        sweep_cmd.run,
     ),
     "eval": (
         "Evaluate a run's last checkpoint: val loss, bits per byte, coverage.",
@@ -63,7 +87,8 @@ COMMANDS: dict[str, tuple[str, AddArgs, Run]] = {
         bench_cmd.run,
     ),
     "report": (
-        "One run's report: report.html with loss, coverage and window plots (needs aah[plots]).",
+        "Reports (need aah[plots]): a run directory's report.html, or a results directory's "
+        "REPORT.md over its suites' seeds (paired tables, verdicts, figures).",
         _add_report_arguments,
         _no_extra(_run_report),
     ),
@@ -86,4 +111,5 @@ COMMANDS: dict[str, tuple[str, AddArgs, Run]] = {
 
 EPILOGS = {
     "train": train_cmd.EPILOG,
+    "sweep": sweep_cmd.EPILOG,
 }

@@ -34,7 +34,15 @@ from aah.train.session import Counters, build_optimizer, checkpoint_payload, res
 from aah.train.signals import StopRequest
 
 #: metrics keys that measure time; everything else is a pure function of config and seed.
-TIMING_KEYS = ("tokens_per_s", "ctrl_s", "ctrl_share", "elapsed_s", "eval_tokens_per_s")
+TIMING_KEYS = (
+    "tokens_per_s",
+    "ctrl_s",
+    "ctrl_share",
+    "elapsed_s",
+    "eval_tokens_per_s",
+    "train_s",
+    "wall_s",
+)
 
 
 @dataclass
@@ -198,6 +206,7 @@ def _train(
                     info,
                     device,
                     reset=n % cfg.log_interval == 0,
+                    wall_start=wall_start,
                 )
                 if is_eval and info.is_main:
                     record.update(eval_record(model, splits, cfg, seq_len, device, amp))

@@ -25,6 +25,7 @@ def log_record(
     device: torch.device,
     *,
     reset: bool,
+    wall_start: float,
 ) -> dict[str, Any]:
     train_loss = dist_util.mean_across(info, counters.loss_sum / counters.loss_count, device)
     if reset:
@@ -41,6 +42,9 @@ def log_record(
         "tokens_per_s": window["tokens"] / seconds if seconds > 0 else 0.0,
         "ctrl_s": window["ctrl"],
         "ctrl_share": window["ctrl"] / seconds if seconds > 0 else 0.0,
+        # Cumulative clocks (over resumes too): x-axes for quality at equal time.
+        "train_s": counters.train_seconds,
+        "wall_s": wall_seconds(counters, wall_start),
     }
 
 

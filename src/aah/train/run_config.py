@@ -1,6 +1,7 @@
 """`RunConfig`: the four config sections of a run, mapped 1:1 onto TOML and CLI overrides.
 
-TOML: sections `[model]`, `[train]`, `[data]`, `[controller]`, keys = dataclass fields.
+TOML: sections `[model]`, `[train]`, `[data]`, `[controller]`, keys = dataclass fields (a
+`[sweep]` table, the grid of a suite file, is left to `aah sweep`).
 Overrides: `section.key=value` strings parsed by the field's type. Unknown sections, unknown
 keys and bad values raise ValueError naming them.
 """
@@ -80,6 +81,7 @@ class RunConfig:
             raise ValueError(f"config file {str(path)!r} does not exist") from None
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"config file {str(path)!r} is not valid TOML: {err}") from None
+        data.pop("sweep", None)  # a suite file's grid, read only by `aah sweep`
         return cls.from_dict(data, source=str(path))
 
     def set(self, dotted: str, value: Any, *, from_text: bool = True) -> None:

@@ -1,0 +1,73 @@
+"""`aah sweep SUITE.toml`: train a grid of regimes x seeds, resumable, into results CSVs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from aah.cli.overrides import parse_overrides
+
+EPILOG = """\
+a suite file is a run config plus a [sweep] table:
+  [sweep]
+  regimes = ["full", "fixed", "budget"]   # policy names, or names defined in [sweep.variants]
+  seeds = [0, 1, 2]                       # each sets train.seed and controller.seed
+output:
+  OUT/<name>.csv          one row per finished cell (regime, seed, ..., val_bpb, wall_s)
+  OUT/<name>/<regime>-s<seed>/   each cell's run directory and train.log
+resume: run the same command again; finished cells are skipped, a cell cut short resumes
+from its last checkpoint. Ctrl-C checkpoints the running cell and exits 130.
+overrides: --SECTION.KEY VALUE applies to every cell, e.g. --train.max_steps 50
+then: aah report OUT
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("suite", metavar="SUITE.toml", help="suite file, e.g. configs/screening.toml")
+    p.add_argument(
+        "--out", metavar="DIR", default="results", help="results folder (default: results)"
+    )
+    p.add_argument("--seeds", metavar="LIST", help="comma list replacing sweep.seeds, e.g. 0,1")
+    p.add_argument("--regimes", metavar="LIST", help="comma list replacing sweep.regimes")
+    p.add_argument("--dry-run", action="store_true", help="list the cells and their state only")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
+    from aah.sweep import SweepConfig, run_sweep
+    from aah.sweep.runner import cell_dir, is_finished
+
+    sweep = SweepConfig.from_toml(args.suite)
+    if args.seeds:
+        sweep.seeds = [_int(s, "--seeds") for s in args.seeds.split(",")]
+    if args.regimes:
+        sweep.regimes = [r.strip() for r in args.regimes.split(",")]
+    sweep.override(parse_overrides(extra))
+    out = Path(args.out)
+    cells = sweep.cells()
+    base = sweep.base
+    print(
+        f"suite {sweep.name}: {len(sweep.regimes)} regimes x {len(sweep.seeds)} seeds = "
+        f"{len(cells)} cells; T = {base.seq_len}, {base.train.max_steps} steps x "
+        f"{base.train.batch_size * base.train.grad_accum * base.seq_len:,} tokens per cell",
+        flush=True,
+    )
+    if args.dry_run:
+        for cell in cells:
+            state = "done" if is_finished(cell_dir(out, sweep, cell)) else "todo"
+            print(f"  {state}  {cell_dir(out, sweep, cell)}")
+        return 0
+    outcome = run_sweep(sweep, out, progress=not args.no_progress)
+    print(f"{outcome.finished}/{outcome.total} cells finished; results: {outcome.csv_path}")
+    if outcome.interrupted:
+        print(f"stopped; continue with the same command: aah sweep {args.suite} --out {out}")
+        return 130
+    print(f"next: aah report {out}")
+    return 0
+
+
+def _int(text: str, flag: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{flag}: {text!r} is not an int") from None

@@ -1,0 +1,188 @@
+"""What holds at this scale: each regime against full, and the paper's findings (METHOD.md
+section 6) checked one by one. Sentences only classify what the 95% CIs over seeds show."""
+
+from __future__ import annotations
+
+import math
+
+from aah.report import stats
+from aah.report.markdown import ci_text, fmt, seeds_text, threads_text
+from aah.report.suite_data import AAH_PREFIX, BASELINE, Suite
+
+
+def _status(ci: tuple[float, float], yes_if_below: bool) -> str:
+    """'yes' / 'no' when the 95% CI lies wholly below / above 0 (swapped if not
+    yes_if_below), '?' when it contains 0 or is undefined (one seed)."""
+    below, above = ci[1] < 0, ci[0] > 0
+    if not (below or above):
+        return "?"
+    return "yes" if below == yes_if_below else "no"
+
+
+def _overall(statuses: list[str], n: int) -> str:
+    """holds if every comparison supports the claim, does not hold if any contradicts it."""
+    if any(s == "no" for s in statuses):
+        return "does not hold"
+    if statuses and all(s == "yes" for s in statuses):
+        return "holds"
+    return f"undecided at {seeds_text(n)}"
+
+
+def _ratio_text(ratios: dict[int, float]) -> tuple[str, stats.Estimate]:
+    """'0.93× (95% CI [...]; per seed ...)' and the estimate of ratio - 1."""
+    e = stats.estimate([r - 1.0 for r in ratios.values()])
+    ci = "n/a" if math.isnan(e.ci[0]) else f"[{1 + e.ci[0]:.2f}, {1 + e.ci[1]:.2f}]"
+    seeds = ", ".join(f"{r:.2f}" for _, r in sorted(ratios.items()))
+    return f"{1 + e.mean:.2f}× (95% CI {ci}; per seed {seeds})", e
+
+
+def _regime_sentence(pair: stats.Paired, ratios: dict[int, float]) -> str:
+    if pair.n == 0:
+        return f"- `{pair.regime}`: no seed in common with full, no comparison."
+    e = pair.estimate
+    if e.mean == 0:
+        text = "the same mean val_bpb as full"
+    else:
+        text = f"{'lower' if e.mean < 0 else 'higher'} val_bpb than full by {abs(e.mean):.4f}"
+    verdict = (
+        "distinguishable"
+        if e.distinguishable
+        else f"not distinguishable from full with {seeds_text(pair.n)}"
+    )
+    sentence = (
+        f"- `{pair.regime}`: {text} (95% CI {ci_text(e.ci)}, {pair.lower}/{pair.n} seeds "
+        f"lower): {verdict}."
+    )
+    if ratios:
+        sentence += f" Training speed {_ratio_text(ratios)[0]} of full's tokens/s."
+    return sentence
+
+
+def _claim(number: int, claim: str, verdict: str, details: list[str], rule: str) -> str:
+    return f"{number}. *{claim}* — **{verdict}**. {'; '.join(details)}. Rule: {rule}."
+
+
+def _claim_local(suite: Suite, local: list[str]) -> str:
+    text = "local windows (fixed, random, AAH regimes) matched or beat full in val loss"
+    rule = (
+        "holds if every one has a 95% CI of Δ val_loss (regime − full, paired on seed) "
+        "wholly below 0, does not hold if any lies wholly above 0, else undecided"
+    )
+    pairs = stats.paired(suite.rows, "val_loss") if suite.has_baseline else {}
+    items = [(r, pairs[r]) for r in local if r in pairs and pairs[r].n]
+    if not items:
+        return _claim(1, text, "not testable", ["Needs `full` and a local regime"], rule)
+    statuses = [_status(p.estimate.ci, True) for _, p in items]
+    label = {"yes": "lower", "no": "higher", "?": "not distinguishable"}
+    details = [
+        f"`{r}` {fmt(p.estimate.mean, '+.4f')} {ci_text(p.estimate.ci)} "
+        f"({label[s]}, {p.lower}/{p.n} seeds lower)"
+        for (r, p), s in zip(items, statuses, strict=True)
+    ]
+    details[0] = "Δ val_loss vs full, mean [95% CI]: " + details[0]
+    return _claim(1, text, _overall(statuses, min(p.n for _, p in items)), details, rule)
+
+
+def _claim_controls(suite: Suite, aah: list[str]) -> str:
+    text = "simple fixed/random controls were about as good as the adaptive hierarchy"
+    rule = (
+        "compares the best AAH regime (lowest mean val_loss) with each control, paired on "
+        "seed; does not hold if the AAH regime's CI of Δ (AAH − control) lies wholly below "
+        "0 for either control, holds if it lies wholly above 0 for both, else undecided"
+    )
+    controls = [r for r in ("fixed", "random") if r in suite.regimes]
+    if not aah or not controls:
+        needs = ["Needs an aah-v3-* regime and fixed or random"]
+        return _claim(2, text, "not testable", needs, rule)
+    best = min(aah, key=lambda r: stats.mean(suite.values(r, "val_loss")))
+    mine = stats.by_seed(suite.rows, best, "val_loss")
+    comps = [
+        stats.paired_by_seed(best, mine, c, stats.by_seed(suite.rows, c, "val_loss"))
+        for c in controls
+    ]
+    comps = [c for c in comps if c.n]
+    if not comps:
+        return _claim(2, text, "not testable", [f"`{best}` shares no seed with a control"], rule)
+    details = [f"best AAH regime `{best}`, Δ val_loss (AAH − control) mean [95% CI]"] + [
+        f"vs `{c.baseline}` {fmt(c.estimate.mean, '+.4f')} {ci_text(c.estimate.ci)}"
+        f" ({c.lower}/{c.n} seeds lower)"
+        for c in comps
+    ]
+    statuses = [_status(c.estimate.ci, False) for c in comps]
+    return _claim(2, text, _overall(statuses, min(c.n for c in comps)), details, rule)
+
+
+def _claim_speed(aah: list[str], ratios: dict[str, dict[int, float]]) -> str:
+    text = "the paper's AAH ran slower than full attention"
+    rule = (
+        "per AAH regime, the 95% CI of the per-seed speed ratio (train tokens/s over "
+        "full's) wholly below 1 supports it, wholly above 1 contradicts it"
+    )
+    speeds = [(r, ratios[r]) for r in aah if ratios.get(r)]
+    if not speeds:
+        return _claim(3, text, "not testable", ["Needs `full` and an aah-v3-* regime"], rule)
+    details, statuses = [], []
+    for regime, per_seed in speeds:
+        words, e = _ratio_text(per_seed)
+        details.append(f"`{regime}` trains at {words} of full's speed")
+        statuses.append(_status(e.ci, True))
+    return _claim(3, text, _overall(statuses, min(len(s) for _, s in speeds)), details, rule)
+
+
+def _claims(suite: Suite, ratios: dict[str, dict[int, float]]) -> list[str]:
+    """The paper's findings (METHOD.md section 6), each checked against this suite."""
+    aah = [r for r in suite.regimes if r.startswith(AAH_PREFIX)]
+    local = [r for r in suite.regimes if r in ("fixed", "random")] + aah
+    return [_claim_local(suite, local), _claim_controls(suite, aah), _claim_speed(aah, ratios)]
+
+
+def findings(suite: Suite, ratios: dict[str, dict[int, float]]) -> list[str]:
+    lines = ["### What holds at this scale", ""]
+    if suite.regimes == [BASELINE]:
+        lines.append("Only `full` in this suite: nothing to compare it with.")
+    elif suite.has_baseline:
+        lines.append("Final val_bpb of each regime against full, paired on seed:")
+        lines.append("")
+        pairs = stats.paired(suite.rows, "val_bpb")
+        lines += [_regime_sentence(pairs[r], ratios.get(r, {})) for r in suite.regimes[1:]]
+    else:
+        lines.append("No `full` regime in this suite: no comparison against full.")
+    lines += ["", "The paper's findings (METHOD.md section 6), checked on this suite:", ""]
+    return [*lines, *_claims(suite, ratios), ""]
+
+
+def caveats(suite: Suite) -> list[str]:
+    train = suite.config.get("train", {})
+    seq_len = int(suite.config.get("model", {}).get("max_seq_len") or suite.rows[0]["seq_len"])
+    counts = sorted({len(suite.values(r, "val_bpb")) for r in suite.regimes})
+    seeds = ", ".join(map(str, suite.seeds))
+    n = seeds_text(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]} seeds"
+    text = [f"{n} per regime (seeds {seeds})"]
+    wide = [f"±{stats.t_critical(k - 1):.2f} (n = {k})" for k in counts if k >= 2]
+    if wide:
+        text[0] += (
+            f": a 95% CI over n paired seeds spans {', '.join(wide)} standard errors, so "
+            '"not distinguishable" means these runs cannot tell the regimes apart, not that '
+            "they are equal"
+        )
+    if counts[0] < 2:
+        text.append("a regime with one seed has no confidence interval at all")
+    tokens = sorted({int(r["tokens"]) for r in suite.rows})
+    text.append(f"each cell trained on {'/'.join(f'{t:,}' for t in tokens)} tokens")
+    if {"eval_batches", "batch_size"} <= set(train):
+        val = int(train["eval_batches"]) * int(train["batch_size"]) * seq_len
+        text.append(
+            f"each evaluation used {train['eval_batches']} × {train['batch_size']} × "
+            f"{seq_len} = {val:,} validation tokens"
+        )
+    text.append(
+        "timings (train tok/s, wall s, train_s, so the speed ratios and the equal-time "
+        "comparison) came from a shared machine with other runs alongside "
+        f"({threads_text(train.get('threads', 0))} per cell)"
+    )
+    text.append(
+        "the paper's numbers come from a 1B-parameter model at T = 4096, so the checks "
+        "above compare directions, not magnitudes"
+    )
+    paragraph = "; ".join(text)
+    return ["### Caveats", "", paragraph[0].upper() + paragraph[1:] + ".", ""]

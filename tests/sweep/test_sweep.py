@@ -1,0 +1,221 @@
+"""`aah sweep`: suite files, the grid, the CSV, skipping finished cells, resuming cut ones."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from aah.cli import main
+from aah.eval import records
+from aah.sweep import COLUMNS, SweepConfig, read_csv, run_sweep
+from aah.sweep.runner import CELL
+
+TINY = """
+[sweep]
+name = "tiny"
+regimes = {regimes}
+seeds = {seeds}
+{variants}
+
+[model]
+n_layer = 2
+n_head = 4
+n_kv_head = 2
+d_model = 32
+max_seq_len = 32
+
+[train]
+max_steps = {steps}
+batch_size = 4
+warmup_steps = 2
+eval_interval = 3
+eval_batches = 2
+log_interval = 1
+checkpoint_interval = 2
+threads = 1
+
+[data]
+path = "{corpus}"
+
+[controller]
+warmup_steps = 1
+interval = 1
+"""
+
+
+def suite_file(tmp_path: Path, corpus: str, *, regimes=("full", "budget"), seeds=(0,), steps=6,
+               variants: str = "") -> Path:  # fmt: skip
+    path = tmp_path / "tiny.toml"
+    path.write_text(
+        TINY.format(
+            regimes=json.dumps(list(regimes)),
+            seeds=json.dumps(list(seeds)),
+            variants=variants,
+            steps=steps,
+            corpus=corpus,
+        )
+    )
+    return path
+
+
+def test_grid_is_seed_major_and_seeds_reach_train_and_controller(tmp_path, tiny_corpus):
+    variants = '[sweep.variants."budget-0.5"]\n"controller.policy" = "budget"\n' + (
+        '"controller.budget" = 0.5\n'
+    )
+    sweep = SweepConfig.from_toml(
+        suite_file(
+            tmp_path, tiny_corpus, regimes=("full", "budget-0.5"), seeds=(3, 1), variants=variants
+        )
+    )
+    cells = sweep.cells()
+    assert [c.name for c in cells] == ["full-s3", "budget-0.5-s3", "full-s1", "budget-0.5-s1"]
+    for cell in cells:
+        assert cell.config.train.seed == cell.seed == cell.config.controller.seed
+    assert cells[1].config.controller.policy == "budget"
+    assert cells[1].config.controller.budget == 0.5
+    assert cells[0].config.controller.policy == "full"
+    assert sweep.base.train.seed == 0  # the base is not mutated by expanding the grid
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda s: s.replace('[sweep]\nname = "tiny"', '[sweep]\nname = "tiny"\nfoo = 1'),
+         "'foo'"),
+        (lambda s: s.replace('"budget"]', '"nope"]'), "'nope'"),
+        (lambda s: s.replace("seeds = [0]", "seeds = [0, 0]"), "duplicates"),
+        (lambda s: s.replace("seeds = [0]", "seeds = [-1]"), "-1"),
+        (lambda s: s.replace("seeds = [0]", "seeds = []"), "sweep.seeds"),
+        (lambda s: s.replace('name = "tiny"', 'name = "../x"'), "'../x'"),
+        (lambda s: s.replace("[sweep]", "[swoop]"), "[sweep]"),
+        (lambda s: s.replace("max_steps = 6", "max_stepz = 6"), "max_stepz"),
+    ],
+)  # fmt: skip
+def test_bad_suite_files_name_the_problem(tmp_path, tiny_corpus, edit, message):
+    path = suite_file(tmp_path, tiny_corpus)
+    path.write_text(edit(path.read_text()))
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        SweepConfig.from_toml(path)
+
+
+def test_a_variant_with_a_bad_key_fails_before_anything_runs(tmp_path, tiny_corpus):
+    variants = '[sweep.variants.odd]\n"controller.budgett" = 0.5\n'
+    path = suite_file(tmp_path, tiny_corpus, regimes=("odd",), variants=variants)
+    with pytest.raises(ValueError, match=r"controller\.budgett"):
+        SweepConfig.from_toml(path)
+
+
+def test_missing_suite_file_is_an_error_with_exit_2(tmp_path, capsys):
+    assert main(["sweep", str(tmp_path / "none.toml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_suite_file_also_trains_as_a_plain_config(tmp_path, tiny_corpus):
+    from aah.train.run_config import RunConfig
+
+    config = RunConfig.from_toml(suite_file(tmp_path, tiny_corpus))
+    assert config.model.n_layer == 2  # the [sweep] table is ignored by `aah train`
+
+
+def test_sweep_writes_csv_skips_finished_and_recovers_cut_cells(tmp_path, tiny_corpus):
+    sweep = SweepConfig.from_toml(suite_file(tmp_path, tiny_corpus, seeds=(0, 1)))
+    out = tmp_path / "results"
+    outcome = run_sweep(sweep, out, progress=False)
+    assert (outcome.finished, outcome.total, outcome.interrupted) == (4, 4, False)
+    rows = read_csv(out / "tiny.csv")
+    with (out / "tiny.csv").open() as handle:
+        assert tuple(next(csv.reader(handle))) == COLUMNS
+    assert [(r["regime"], r["seed"]) for r in rows] == [
+        ("full", 0), ("budget", 0), ("full", 1), ("budget", 1)
+    ]  # fmt: skip
+    for row in rows:
+        cell_dir = out / "tiny" / f"{row['regime']}-s{row['seed']}"
+        summary = records.read_json(cell_dir / "summary.json")
+        assert row["val_bpb"] == pytest.approx(summary["val_bpb"], rel=1e-5)
+        assert row["tokens"] == summary["tokens"] == 6 * 4 * 32
+        assert row["steps"] == 6 and row["seq_len"] == 32
+    full0, budget0 = rows[0], rows[1]
+    assert full0["acr"] == 1.0 and budget0["acr"] < 0.5  # the regime really changed the plan
+    assert rows[0]["val_bpb"] != rows[2]["val_bpb"]  # and the seed the run
+
+    # A second invocation runs nothing: summaries untouched, the CSV the same.
+    cell = out / "tiny" / "budget-s1"
+    stamp = (cell / "summary.json").stat().st_mtime_ns
+    before = (out / "tiny.csv").read_text()
+    run_sweep(sweep, out, progress=False)
+    assert (cell / "summary.json").stat().st_mtime_ns == stamp
+    assert (out / "tiny.csv").read_text() == before
+
+    # A cell cut after a checkpoint resumes from it; one cut before any restarts.
+    (cell / "summary.json").unlink()
+    restart = out / "tiny" / "full-s1"
+    for path in restart.iterdir():
+        if path.name not in (CELL, "cell.toml"):
+            path.unlink() if path.is_file() else shutil.rmtree(path)
+    outcome = run_sweep(sweep, out, progress=False)
+    assert outcome.finished == 4
+    assert "$ aah train --no-progress --resume" in (cell / "train.log").read_text()
+    assert "--resume" not in (restart / "train.log").read_text()
+    assert (out / "tiny.csv").read_text() == _without_timing(before, like=out / "tiny.csv")
+
+
+def _without_timing(before: str, like: Path) -> str:
+    """`before` with the timing columns (which a rerun may change) taken from `like`."""
+    new = list(csv.DictReader(like.open()))
+    old = list(csv.DictReader(before.splitlines()))
+    for o, n in zip(old, new, strict=True):
+        o["train_tokens_per_s"], o["wall_s"] = n["train_tokens_per_s"], n["wall_s"]
+    return like.read_text() if old == new else "mismatch: " + json.dumps([old, new])
+
+
+def test_a_changed_suite_refuses_to_mix_with_old_cells(tmp_path, tiny_corpus):
+    out = tmp_path / "results"
+    run_sweep(SweepConfig.from_toml(suite_file(tmp_path, tiny_corpus, regimes=("full",), steps=3)),
+              out, progress=False)  # fmt: skip
+    longer = SweepConfig.from_toml(suite_file(tmp_path, tiny_corpus, regimes=("full",), steps=4))
+    with pytest.raises(ValueError, match=r"train\.max_steps"):
+        run_sweep(longer, out, progress=False)
+
+
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_a_stop_checkpoints_the_cell_and_the_rerun_matches_an_uninterrupted_sweep(
+    tmp_path, tiny_corpus, stop
+):
+    path = suite_file(tmp_path, tiny_corpus, regimes=("budget",), steps=40)
+    cmd = [sys.executable, "-m", "aah", "sweep", str(path), "--no-progress", "--out"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cut = tmp_path / "cut"
+    proc = subprocess.Popen([*cmd, str(cut)], env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        checkpoint = cut / "tiny" / "budget-s0" / records.CHECKPOINT
+        deadline = time.time() + 90
+        while time.time() < deadline and not checkpoint.exists():
+            time.sleep(0.1)
+        assert checkpoint.exists(), "the cell never checkpointed"
+        if stop == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        else:
+            proc.send_signal(signal.SIGTERM)  # to the sweep alone, as a scheduler would
+        stdout, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    assert "continue with the same command" in stdout
+    assert not (cut / "tiny" / "budget-s0" / "summary.json").exists()
+    assert subprocess.run([*cmd, str(cut)], env=env, capture_output=True).returncode == 0
+    whole = tmp_path / "whole"
+    assert subprocess.run([*cmd, str(whole)], env=env, capture_output=True).returncode == 0
+    a, b = read_csv(cut / "tiny.csv"), read_csv(whole / "tiny.csv")
+    for key in ("val_loss", "val_bpb", "acr", "causal_coverage", "tokens", "steps"):
+        assert a[0][key] == b[0][key], key
