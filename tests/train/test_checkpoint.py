@@ -102,3 +102,11 @@ def test_rng_state_round_trip():
     got = (torch.rand(3), np.random.rand(3), random.random())
     assert torch.equal(expected[0], got[0]) and np.array_equal(expected[1], got[1])
     assert expected[2] == got[2]
+
+
+def test_a_run_checkpoint_of_another_format_is_refused(tmp_path):
+    path = tmp_path / "old.pt"
+    ckpt.save_checkpoint(path, {"format": 1, "step": 3})
+    assert ckpt.load_checkpoint(path)["step"] == 3  # the file layer reads any payload
+    with pytest.raises(ValueError, match="format 1"):
+        ckpt.load_run_checkpoint(path)

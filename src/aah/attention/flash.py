@@ -9,7 +9,8 @@ import importlib.util
 
 import torch
 
-from aah.attention.grouped import _as_index, bucket_plan
+from aah.attention.grouped import bucket_plan, head_index
+from aah.attention.heads import merge_heads, split_heads
 
 TILE = 128  # cost counted at this tile granularity (flash's exact tiling varies by GPU)
 
@@ -33,16 +34,17 @@ def flash_attention_windows(
     from flash_attn import flash_attn_func
 
     seq_len = q.shape[2]
-    plan = bucket_plan(windows, seq_len, k.shape[1])
+    buckets = bucket_plan(windows, seq_len, k.shape[1]).buckets
+    q_index = tuple(head_index(b.q_heads) for b in buckets)
+    kv_index = tuple(head_index(b.kv_heads) for b in buckets)
+    q_parts, k_parts = split_heads(q, q_index), split_heads(k, kv_index)
+    parts = zip(q_parts, k_parts, split_heads(v, kv_index), strict=True)
     outs = []
-    for bucket in plan.buckets:
-        q_b = q[:, _as_index(bucket.q_heads)].transpose(1, 2)  # flash wants (B, T, H, D)
-        kv = _as_index(bucket.kv_heads)
-        k_b, v_b = k[:, kv].transpose(1, 2), v[:, kv].transpose(1, 2)
+    for bucket, (q_b, k_b, v_b) in zip(buckets, parts, strict=True):
         left = -1 if bucket.window >= seq_len else bucket.window - 1
-        out = flash_attn_func(
-            q_b, k_b, v_b, softmax_scale=scale, causal=True, window_size=(left, 0)
-        )
+        out = flash_attn_func(  # flash wants (B, T, H, D)
+            q_b.transpose(1, 2), k_b.transpose(1, 2), v_b.transpose(1, 2),
+            softmax_scale=scale, causal=True, window_size=(left, 0),
+        )  # fmt: skip
         outs.append(out.transpose(1, 2))
-    out = torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]
-    return out if plan.order is None else out[:, list(plan.order)]
+    return merge_heads(tuple(outs), q_index)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from aah.attention.banded import banded_attention, banded_executed
 from aah.attention.cost import causal_pairs
+from aah.attention.heads import merge_heads, split_heads
 
 
 @dataclass(frozen=True)
@@ -31,14 +32,13 @@ class Bucket:
 @dataclass(frozen=True)
 class BucketPlan:
     buckets: tuple[Bucket, ...]
-    order: tuple[int, ...] | None  # inverse permutation to head order; None if already in order
 
 
-def _as_index(heads: tuple[int, ...]) -> slice | list[int]:
+def head_index(heads: tuple[int, ...]) -> slice | tuple[int, ...]:
     """A slice (a view, no copy) when the heads are a contiguous run."""
     if heads == tuple(range(heads[0], heads[0] + len(heads))):
         return slice(heads[0], heads[0] + len(heads))
-    return list(heads)
+    return heads
 
 
 @lru_cache(maxsize=256)
@@ -60,13 +60,7 @@ def bucket_plan(windows: tuple[int, ...], seq_len: int, n_kv_heads: int) -> Buck
             else tuple(h // group for h in heads)
         )
         buckets.append(Bucket(window, heads, kv))
-    concat = [h for b in buckets for h in b.q_heads]
-    order = (
-        None
-        if concat == list(range(len(windows)))
-        else tuple(sorted(range(len(concat)), key=concat.__getitem__))
-    )
-    return BucketPlan(tuple(buckets), order)
+    return BucketPlan(tuple(buckets))
 
 
 def grouped_attention(
@@ -76,15 +70,15 @@ def grouped_attention(
     plan = bucket_plan(windows, seq_len, k.shape[1])
     if len(plan.buckets) == 1:
         return _run_bucket(q, k, v, plan.buckets[0], seq_len, scale)
-    outs = []
-    for bucket in plan.buckets:
-        q_b = q[:, _as_index(bucket.q_heads)]
-        kv_index = _as_index(bucket.kv_heads)
-        outs.append(_run_bucket(q_b, k[:, kv_index], v[:, kv_index], bucket, seq_len, scale))
-    # Concatenate in (B, T, H, D) memory, the layout the banded kernel produces (and a model
-    # reads next): a contiguous copy per position instead of a transposing one.
-    out = torch.cat([o.transpose(1, 2) for o in outs], dim=2).transpose(1, 2)
-    return out if plan.order is None else out[:, list(plan.order)]
+    q_index = tuple(head_index(b.q_heads) for b in plan.buckets)
+    q_parts = split_heads(q, q_index)
+    kv_index = tuple(head_index(b.kv_heads) for b in plan.buckets)
+    k_parts, v_parts = split_heads(k, kv_index), split_heads(v, kv_index)
+    outs = [
+        _run_bucket(q_b, k_b, v_b, bucket, seq_len, scale)
+        for q_b, k_b, v_b, bucket in zip(q_parts, k_parts, v_parts, plan.buckets, strict=True)
+    ]
+    return merge_heads(tuple(outs), q_index)
 
 
 def _run_bucket(q, k, v, bucket: Bucket, seq_len: int, scale: float) -> torch.Tensor:  # type: ignore[no-untyped-def]

@@ -9,7 +9,7 @@ import torch
 
 from aah.eval import records
 from aah.model import GPT
-from aah.train.checkpoint import load_checkpoint
+from aah.train.checkpoint import load_run_checkpoint
 from aah.train.run_config import RunConfig
 
 
@@ -20,7 +20,7 @@ def load_run(
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ValueError(f"run directory {str(run_dir)!r} does not exist")
-    payload = load_checkpoint(run_dir / records.CHECKPOINT, map_location=map_location)
+    payload = load_run_checkpoint(run_dir / records.CHECKPOINT, map_location=map_location)
     config = RunConfig.from_dict(payload["config"], source=f"{run_dir} checkpoint")
     model = GPT(config.model)
     model.load_state_dict(payload["model"])

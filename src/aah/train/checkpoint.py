@@ -20,6 +20,9 @@ import torch
 
 MAGIC = b"AAHCKPT1\n"
 DIGEST_LEN = 64
+#: payload layout version; 2: RoPE rotates interleaved pairs (format 1 rotated halves, so a
+#: format-1 model would load without error and compute something else).
+FORMAT = 2
 
 
 def encode_payload(payload: dict[str, Any]) -> bytes:
@@ -78,6 +81,17 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             f"stored {expected[:12]}... (truncated or modified file)"
         )
     return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+
+
+def load_run_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
+    """`load_checkpoint` of a training run's checkpoint, refusing other payload formats."""
+    payload = load_checkpoint(path, map_location)
+    if payload.get("format") != FORMAT:
+        raise ValueError(
+            f"checkpoint {str(path)!r} has format {payload.get('format')!r}; this aah reads "
+            f"format {FORMAT} (its RoPE pairs dimensions differently): retrain the run"
+        )
+    return payload
 
 
 def rng_state() -> dict[str, Any]:

@@ -26,7 +26,7 @@ from aah.data import BatchLoader, TokenSplits, load_tokens
 from aah.eval import records
 from aah.model import GPT
 from aah.train import distributed as dist_util
-from aah.train.checkpoint import load_checkpoint, save_checkpoint
+from aah.train.checkpoint import load_run_checkpoint, save_checkpoint
 from aah.train.metrics import eval_record, log_record, summary_record, wall_seconds
 from aah.train.run_config import RunConfig
 from aah.train.schedule import learning_rate
@@ -93,7 +93,7 @@ def _train(
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     wall_start = time.perf_counter()
-    payload = load_checkpoint(run_dir / records.CHECKPOINT) if resume else None
+    payload = load_run_checkpoint(run_dir / records.CHECKPOINT) if resume else None
     splits = _load_data(config, info, progress and info.is_main)
     torch.manual_seed(cfg.seed)
     model = GPT(config.model).to(device)

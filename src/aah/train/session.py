@@ -10,7 +10,7 @@ from torch import nn
 
 from aah.data import BatchLoader
 from aah.model import GPT
-from aah.train.checkpoint import rng_state, set_rng_state
+from aah.train.checkpoint import FORMAT, rng_state, set_rng_state
 from aah.train.config import TrainConfig
 from aah.train.distributed import DistInfo, gather_objects
 from aah.train.run_config import RunConfig
@@ -55,7 +55,7 @@ def checkpoint_payload(
     if not info.is_main:
         return None
     return {
-        "format": 1,
+        "format": FORMAT,
         "step": counters.step,
         "config": config.to_dict(),
         "model": model.state_dict(),
