@@ -293,3 +293,24 @@ def test_suite_plots_without_matplotlib_say_how_to_install(monkeypatch, tmp_path
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
     with pytest.raises(ValueError, match=r"pip install 'aah\[plots\]'"):
         suite_plots.quality_vs_coverage({"full": (1.0, 2.0, 0.1)}, tmp_path / "x.png", "t")
+
+
+def test_regimes_with_the_same_plans_on_every_seed_are_named(tmp_path: Path) -> None:
+    from aah.report.findings import identical_regimes
+
+    root = write_suite(tmp_path, "twins", ["full", "fixed", "random"])
+    for seed in (0, 1, 2):
+        plans = (root / "twins" / f"fixed-s{seed}" / records.PLANS).read_text()
+        (root / "twins" / f"random-s{seed}" / records.PLANS).write_text(plans)
+    suite = load_suite(root / "twins.csv")
+    assert identical_regimes(suite) == [["fixed", "random"]]
+    assert main(["report", str(root)]) == 0
+    text = (root / REPORT).read_text()
+    assert "`fixed`, `random` chose the same windows at every update on every seed" in text
+    (root / "twins" / "random-s1" / records.PLANS).write_text('{"step": 0, "windows": [[1]]}\n')
+    assert identical_regimes(load_suite(root / "twins.csv")) == []
+
+
+def test_report_warns_about_uncorrected_multiple_comparisons(report: str) -> None:
+    assert "4 regimes are compared with full" in report and "about 0.2 of them" in report
+    assert "chose the same windows" not in report

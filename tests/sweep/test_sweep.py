@@ -219,3 +219,16 @@ def test_a_stop_checkpoints_the_cell_and_the_rerun_matches_an_uninterrupted_swee
     a, b = read_csv(cut / "tiny.csv"), read_csv(whole / "tiny.csv")
     for key in ("val_loss", "val_bpb", "acr", "causal_coverage", "tokens", "steps"):
         assert a[0][key] == b[0][key], key
+
+
+def test_a_failing_cell_stops_the_sweep_with_exit_1_and_keeps_finished_cells(
+    tmp_path, tiny_corpus, capsys
+):
+    path = suite_file(tmp_path, tiny_corpus, regimes=("full", "budget"), steps=2)
+    # A missing corpus is found only when the cell loads its data, inside the trainer.
+    path.write_text(path.read_text().replace('path = "', 'path = "/nonexistent'))
+    out = tmp_path / "results"
+    assert main(["sweep", str(path), "--out", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "cell full-s0 failed" in err and "train.log" in err
+    assert "does not exist" in (out / "tiny" / "full-s0" / "train.log").read_text()

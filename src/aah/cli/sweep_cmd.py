@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from aah.cli.overrides import parse_overrides
@@ -35,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     from aah.sweep import SweepConfig, run_sweep
-    from aah.sweep.runner import cell_dir, is_finished
+    from aah.sweep.runner import CellFailed, cell_dir, is_finished
 
     sweep = SweepConfig.from_toml(args.suite)
     if args.seeds:
@@ -57,7 +58,11 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             state = "done" if is_finished(cell_dir(out, sweep, cell)) else "todo"
             print(f"  {state}  {cell_dir(out, sweep, cell)}")
         return 0
-    outcome = run_sweep(sweep, out, progress=not args.no_progress)
+    try:
+        outcome = run_sweep(sweep, out, progress=not args.no_progress)
+    except CellFailed as err:
+        print(f"aah sweep: {err}; finished cells are kept, rerun to continue", file=sys.stderr)
+        return 1
     print(f"{outcome.finished}/{outcome.total} cells finished; results: {outcome.csv_path}")
     if outcome.interrupted:
         print(f"stopped; continue with the same command: aah sweep {args.suite} --out {out}")

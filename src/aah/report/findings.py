@@ -147,8 +147,41 @@ def findings(suite: Suite, ratios: dict[str, dict[int, float]]) -> list[str]:
         lines += [_regime_sentence(pairs[r], ratios.get(r, {})) for r in suite.regimes[1:]]
     else:
         lines.append("No `full` regime in this suite: no comparison against full.")
+    for group in identical_regimes(suite):
+        names = ", ".join(f"`{r}`" for r in group)
+        lines += [
+            "",
+            f"{names} chose the same windows at every update on every seed, so they trained "
+            "identical models here (their quality numbers are equal by construction; their "
+            "speed differences are timing noise).",
+        ]
+    if suite.has_baseline and len(suite.regimes) > 2:
+        k = len(suite.regimes) - 1
+        lines += [
+            "",
+            f"{k} regimes are compared with full, each at the 5% level and without correction: "
+            f"about {0.05 * k:.1f} of them would come out distinguishable by chance alone even "
+            "if no regime differed from full.",
+        ]
     lines += ["", "The paper's findings (METHOD.md section 6), checked on this suite:", ""]
     return [*lines, *_claims(suite, ratios), ""]
+
+
+def identical_regimes(suite: Suite) -> list[list[str]]:
+    """Groups of 2+ regimes whose cells logged the same plan sequence on every seed (and ran
+    the same seeds), in the suite's regime order."""
+    signature: dict[str, tuple] = {}
+    for regime in suite.regimes:
+        runs = suite.runs(regime)
+        if runs:
+            signature[regime] = tuple(
+                (run.seed, tuple((p.get("step"), repr(p.get("windows"))) for p in run.plans))
+                for run in runs
+            )
+    groups: dict[tuple, list[str]] = {}
+    for regime, sig in signature.items():
+        groups.setdefault(sig, []).append(regime)
+    return [g for g in groups.values() if len(g) > 1]
 
 
 def caveats(suite: Suite) -> list[str]:

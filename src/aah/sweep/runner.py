@@ -29,6 +29,10 @@ CELL = "cell.json"  # {"regime", "seed"}: what the cell is, for the CSV
 POLL_S = 2.0
 
 
+class CellFailed(RuntimeError):
+    """A cell's trainer exited with an error; its train.log says why."""
+
+
 @dataclass
 class SweepOutcome:
     csv_path: Path
@@ -122,7 +126,7 @@ def run_sweep(sweep: SweepConfig, out: Path, *, progress: bool = True) -> SweepO
                 break
             if code != 0 or not is_finished(cell_dir(out, sweep, cell)):
                 log = cell_dir(out, sweep, cell) / LOG
-                raise RuntimeError(f"cell {cell.name} failed (exit {code}); see {log}")
+                raise CellFailed(f"cell {cell.name} failed (exit {code}); see {log}")
             done += 1
             grid.update(1)
             write_csv(csv_path, collect_rows(out, sweep))
