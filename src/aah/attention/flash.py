@@ -9,7 +9,7 @@ import importlib.util
 
 import torch
 
-from aah.attention.grouped import bucket_plan, head_index
+from aah.attention.grouped import bucket_plan
 from aah.attention.heads import merge_heads, split_heads
 
 TILE = 128  # cost counted at this tile granularity (flash's exact tiling varies by GPU)
@@ -34,17 +34,15 @@ def flash_attention_windows(
     from flash_attn import flash_attn_func
 
     seq_len = q.shape[2]
-    buckets = bucket_plan(windows, seq_len, k.shape[1]).buckets
-    q_index = tuple(head_index(b.q_heads) for b in buckets)
-    kv_index = tuple(head_index(b.kv_heads) for b in buckets)
-    q_parts, k_parts = split_heads(q, q_index), split_heads(k, kv_index)
-    parts = zip(q_parts, k_parts, split_heads(v, kv_index), strict=True)
+    plan = bucket_plan(windows, seq_len, k.shape[1])
+    q_parts, k_parts = split_heads(q, plan.q_index), split_heads(k, plan.kv_index)
+    parts = zip(q_parts, k_parts, split_heads(v, plan.kv_index), strict=True)
     outs = []
-    for bucket, (q_b, k_b, v_b) in zip(buckets, parts, strict=True):
+    for bucket, (q_b, k_b, v_b) in zip(plan.buckets, parts, strict=True):
         left = -1 if bucket.window >= seq_len else bucket.window - 1
         out = flash_attn_func(  # flash wants (B, T, H, D)
             q_b.transpose(1, 2), k_b.transpose(1, 2), v_b.transpose(1, 2),
             softmax_scale=scale, causal=True, window_size=(left, 0),
         )  # fmt: skip
         outs.append(out.transpose(1, 2))
-    return merge_heads(tuple(outs), q_index)
+    return merge_heads(tuple(outs), plan.q_index)

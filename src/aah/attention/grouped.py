@@ -32,9 +32,12 @@ class Bucket:
 @dataclass(frozen=True)
 class BucketPlan:
     buckets: tuple[Bucket, ...]
+    # Per bucket, its query / K-V heads as `split_heads` indices (slices where contiguous).
+    q_index: tuple[slice | tuple[int, ...], ...]
+    kv_index: tuple[slice | tuple[int, ...], ...]
 
 
-def head_index(heads: tuple[int, ...]) -> slice | tuple[int, ...]:
+def _head_index(heads: tuple[int, ...]) -> slice | tuple[int, ...]:
     """A slice (a view, no copy) when the heads are a contiguous run."""
     if heads == tuple(range(heads[0], heads[0] + len(heads))):
         return slice(heads[0], heads[0] + len(heads))
@@ -60,7 +63,11 @@ def bucket_plan(windows: tuple[int, ...], seq_len: int, n_kv_heads: int) -> Buck
             else tuple(h // group for h in heads)
         )
         buckets.append(Bucket(window, heads, kv))
-    return BucketPlan(tuple(buckets))
+    return BucketPlan(
+        tuple(buckets),
+        tuple(_head_index(b.q_heads) for b in buckets),
+        tuple(_head_index(b.kv_heads) for b in buckets),
+    )
 
 
 def grouped_attention(
@@ -70,15 +77,13 @@ def grouped_attention(
     plan = bucket_plan(windows, seq_len, k.shape[1])
     if len(plan.buckets) == 1:
         return _run_bucket(q, k, v, plan.buckets[0], seq_len, scale)
-    q_index = tuple(head_index(b.q_heads) for b in plan.buckets)
-    q_parts = split_heads(q, q_index)
-    kv_index = tuple(head_index(b.kv_heads) for b in plan.buckets)
-    k_parts, v_parts = split_heads(k, kv_index), split_heads(v, kv_index)
+    q_parts = split_heads(q, plan.q_index)
+    k_parts, v_parts = split_heads(k, plan.kv_index), split_heads(v, plan.kv_index)
     outs = [
         _run_bucket(q_b, k_b, v_b, bucket, seq_len, scale)
         for q_b, k_b, v_b, bucket in zip(q_parts, k_parts, v_parts, plan.buckets, strict=True)
     ]
-    return merge_heads(tuple(outs), q_index)
+    return merge_heads(tuple(outs), plan.q_index)
 
 
 def _run_bucket(q, k, v, bucket: Bucket, seq_len: int, scale: float) -> torch.Tensor:  # type: ignore[no-untyped-def]

@@ -50,22 +50,28 @@ class RotaryPosition(NoPosition):
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
-    def _rope(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        seq_len = x.shape[-2]
-        # Complex math needs fp32/fp64; half precision (autocast) rotates in fp32.
-        work = x if x.dtype in (torch.float32, torch.float64) else x.float()
-        if not _pairs_viewable(work):
-            work = work.contiguous()
-        cos = self.cos[offset : offset + seq_len].to(work.dtype)
-        sin = self.sin[offset : offset + seq_len].to(work.dtype)
-        pairs = torch.view_as_complex(work.unflatten(-1, (-1, 2)))  # (..., T, D/2)
-        out = torch.view_as_real(pairs * torch.complex(cos, sin)).flatten(-2)
-        return out if out.dtype == x.dtype else out.to(x.dtype)
+    def _cis(self, seq_len: int, offset: int, dtype: torch.dtype) -> torch.Tensor:
+        """exp(i * angle) for positions offset .. offset + seq_len - 1: (T, D/2) complex."""
+        rows = slice(offset, offset + seq_len)
+        return torch.complex(self.cos[rows].to(dtype), self.sin[rows].to(dtype))
 
     def rotate(
         self, q: torch.Tensor, k: torch.Tensor, offset: int = 0
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._rope(q, offset), self._rope(k, offset)
+        # Complex math needs fp32/fp64; half precision (autocast) rotates in fp32.
+        work = torch.float64 if q.dtype == torch.float64 else torch.float32
+        cis = self._cis(q.shape[-2], offset, work)
+        return _rotate_pairs(q, cis), _rotate_pairs(k, cis)
+
+
+def _rotate_pairs(x: torch.Tensor, cis: torch.Tensor) -> torch.Tensor:
+    """x (..., T, D) with pairs (2i, 2i + 1) multiplied, as complex numbers, by cis (T, D/2)."""
+    work = x.to(cis.real.dtype)
+    if not _pairs_viewable(work):
+        work = work.contiguous()
+    pairs = torch.view_as_complex(work.unflatten(-1, (-1, 2)))
+    out = torch.view_as_real(pairs * cis).flatten(-2)
+    return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
 def _pairs_viewable(x: torch.Tensor) -> bool:
