@@ -49,9 +49,9 @@ def resolve_config(args: argparse.Namespace, extra: list[str]):  # -> RunConfig
         if args.config:
             raise ValueError("--config cannot be combined with --resume (the run has its config)")
         config = RunConfig.from_toml(Path(args.resume) / "config.toml")
-        before = _flat(config)
+        before = config.flat()
         config.override(overrides)
-        changed = sorted(k for k, v in _flat(config).items() if before[k] != v)
+        changed = sorted(k for k, v in config.flat().items() if before[k] != v)
         frozen = [k for k in changed if k not in RESUMABLE]
         if frozen:
             raise ValueError(f"cannot change {', '.join(frozen)} when resuming")
@@ -59,10 +59,6 @@ def resolve_config(args: argparse.Namespace, extra: list[str]):  # -> RunConfig
         config = RunConfig.from_toml(args.config) if args.config else RunConfig()
         config.override(overrides)
     return config.validate()
-
-
-def _flat(config) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    return {f"{s}.{k}": v for s, values in config.to_dict().items() for k, v in values.items()}
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:

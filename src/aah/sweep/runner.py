@@ -73,18 +73,14 @@ def check_unchanged(cell: Cell, run_dir: Path) -> None:
 
     if not (run_dir / records.CONFIG).exists():
         return
-    before = _flat(RunConfig.from_toml(run_dir / records.CONFIG).to_dict())
-    now = _flat(cell.config.to_dict())
+    before = RunConfig.from_toml(run_dir / records.CONFIG).flat()
+    now = cell.config.flat()
     changed = sorted(k for k in now if k not in FREE_FIELDS and before.get(k) != now[k])
     if changed:
         raise ValueError(
             f"cell {cell.name} in {str(run_dir)!r} was run with different "
             f"{', '.join(changed)}: use another --out, or delete that cell to rerun it"
         )
-
-
-def _flat(config: dict) -> dict:
-    return {f"{s}.{k}": v for s, values in config.items() for k, v in values.items()}
 
 
 def train_command(cell: Cell, run_dir: Path) -> list[str]:

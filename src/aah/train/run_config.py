@@ -51,6 +51,10 @@ class RunConfig:
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
 
+    def flat(self) -> dict[str, Any]:
+        """{"section.key": value} over every field (the CLI override names)."""
+        return {f"{s}.{k}": v for s, values in self.to_dict().items() for k, v in values.items()}
+
     def to_toml(self) -> str:
         return dumps_toml(self.to_dict())
 
