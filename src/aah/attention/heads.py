@@ -15,8 +15,14 @@ import torch
 Index = slice | tuple[int, ...]
 
 
+def _key(index: Index) -> slice | list[int]:
+    """The head subscript: a slice stays a view; a tuple becomes a list (a tuple subscript
+    would index several dimensions)."""
+    return index if isinstance(index, slice) else list(index)
+
+
 def _take(x: torch.Tensor, index: Index) -> torch.Tensor:
-    return x[:, index] if isinstance(index, slice) else x[:, list(index)]
+    return x[:, _key(index)]
 
 
 def _heads(index: Index, n_heads: int) -> list[int]:
@@ -41,7 +47,7 @@ class _SplitHeads(torch.autograd.Function):
         full = _empty_in_order(like, ctx.shape, ctx.stride)
         if ctx.partition and all(g is not None for g in grads):
             for grad, index in zip(grads, ctx.indices, strict=True):
-                full[:, index if isinstance(index, slice) else list(index)] = grad
+                full[:, _key(index)] = grad
             return full, None
         full.zero_()
         for grad, index in zip(grads, ctx.indices, strict=True):
@@ -74,7 +80,7 @@ class _MergeHeads(torch.autograd.Function):
         # (B, T, H, D) memory: the banded kernel's layout, and what the output projection reads.
         out = parts[0].new_empty(b, t, h, d).transpose(1, 2)
         for part, index in zip(parts, indices, strict=True):
-            out[:, index if isinstance(index, slice) else list(index)] = part
+            out[:, _key(index)] = part
         return out
 
     @staticmethod
