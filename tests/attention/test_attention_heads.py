@@ -19,10 +19,14 @@ def plain(x, index):
     return x[:, index] if isinstance(index, slice) else x[:, list(index)]
 
 
+@pytest.mark.parametrize("seq_major", [False, True], ids=["BHTD-memory", "BTHD-memory"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_split_matches_indexing_in_values_and_gradients(name):
+def test_split_matches_indexing_in_values_and_gradients(name, seq_major):
     indices = CASES[name]
-    x = torch.randn(2, 6, 5, 3, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(2, 6, 5, 3, dtype=torch.float64)
+    if seq_major:  # how a model's q/k/v arrive: (B, T, H, D) memory viewed as (B, H, T, D)
+        x = x.transpose(1, 2).contiguous().transpose(1, 2)
+    x.requires_grad_(True)
     weights = [torch.randn_like(plain(x, i)) for i in indices]
     ours = split_heads(x, indices)
     for part, index in zip(ours, indices, strict=True):

@@ -10,19 +10,43 @@ zero-fills once and index-adds only when they overlap (GQA groups split across w
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 Index = slice | tuple[int, ...]
 
 
-def _key(index: Index) -> slice | list[int]:
-    """The head subscript: a slice stays a view; a tuple becomes a list (a tuple subscript
-    would index several dimensions)."""
-    return index if isinstance(index, slice) else list(index)
+@lru_cache(maxsize=1024)
+def _runs(index: tuple[int, ...]) -> tuple[tuple[slice, slice], ...]:
+    """(positions in the subset, heads of the whole) for each run of consecutive heads."""
+    runs, start = [], 0
+    for pos in range(1, len(index) + 1):
+        if pos == len(index) or index[pos] != index[pos - 1] + 1:
+            runs.append((slice(start, pos), slice(index[start], index[pos - 1] + 1)))
+            start = pos
+    return tuple(runs)
 
 
 def _take(x: torch.Tensor, index: Index) -> torch.Tensor:
-    return x[:, _key(index)]
+    """x[:, index]: a view for a slice; else a copy in x's dimension order, one block copy per
+    run of consecutive heads (measured ~2x faster than advanced indexing on (B, T, H, D)
+    memory, whose per-element gather also returns (B, H, T, D) memory)."""
+    if isinstance(index, slice):
+        return x[:, index]
+    out = _empty_in_order(x, (x.shape[0], len(index), *x.shape[2:]), x.stride())
+    for part, heads in _runs(index):
+        out[:, part] = x[:, heads]
+    return out
+
+
+def _put(dst: torch.Tensor, index: Index, src: torch.Tensor) -> None:
+    """dst[:, index] = src, run by run; the heads in index must be distinct."""
+    if isinstance(index, slice):
+        dst[:, index] = src
+        return
+    for part, heads in _runs(index):
+        dst[:, heads] = src[:, part]
 
 
 def _heads(index: Index, n_heads: int) -> list[int]:
@@ -47,7 +71,7 @@ class _SplitHeads(torch.autograd.Function):
         full = _empty_in_order(like, ctx.shape, ctx.stride)
         if ctx.partition and all(g is not None for g in grads):
             for grad, index in zip(grads, ctx.indices, strict=True):
-                full[:, _key(index)] = grad
+                _put(full, index, grad)
             return full, None
         full.zero_()
         for grad, index in zip(grads, ctx.indices, strict=True):
@@ -56,7 +80,9 @@ class _SplitHeads(torch.autograd.Function):
         return full, None
 
 
-def _empty_in_order(like: torch.Tensor, shape: torch.Size, stride: tuple[int, ...]) -> torch.Tensor:
+def _empty_in_order(
+    like: torch.Tensor, shape: tuple[int, ...], stride: tuple[int, ...]
+) -> torch.Tensor:
     """An uninitialised dense tensor of `shape` whose dims are laid out in the order of
     `stride` (largest first), like torch.empty_like with preserve_format."""
     order = sorted(range(len(shape)), key=lambda i: (-stride[i], i))
@@ -80,7 +106,7 @@ class _MergeHeads(torch.autograd.Function):
         # (B, T, H, D) memory: the banded kernel's layout, and what the output projection reads.
         out = parts[0].new_empty(b, t, h, d).transpose(1, 2)
         for part, index in zip(parts, indices, strict=True):
-            out[:, _key(index)] = part
+            _put(out, index, part)
         return out
 
     @staticmethod

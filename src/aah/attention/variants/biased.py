@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from aah.attention.banded import BandGeometry
+from aah.attention.band_layout import BandGeometry
 from aah.attention.variants.base import masked_attention
 
 BiasFn = Callable[[torch.Tensor], torch.Tensor]  # distances (*S) -> (H, *S)

@@ -1,0 +1,211 @@
+"""The block layout shared by the banded backends: geometry, band masks, views, and the fold.
+
+Shapes: q (B, Hq, T, D); k, v (B, Hkv, T, D). Query i of head h sees keys i - w_h < j <= i.
+
+Decomposition, with block size b and W' = W (the widest window) rounded up to a multiple of b:
+- prefix: queries [0, W) see every earlier key within their window: one causal call (a
+  per-head mask only when some head's window is narrower than W).
+- blocks: queries [W, T) in blocks of b. The block starting at s needs keys s-W+1 .. s+b-1; it
+  reads the aligned span [s-W', s+b) (L = W' + b keys) under one band mask, (b, L) or per head.
+  Spans are strided views of K/V (no copies), so K/V are never repeated.
+Keys before position 0 (front padding, only when b does not divide W) are always outside the
+band, so the mask alone keeps them out. A key's gradient is the sum over the spans that hold it,
+which `fold_spans` gathers back into place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+
+from aah.attention.masks import window_mask
+from aah.attention.sdpa_lse import attention_with_lse, attention_with_lse_backward
+
+
+def block_size_for(window: int) -> int:
+    """Query block size: small blocks waste less of the band, large ones make larger products.
+
+    Measured at T=4096, 8 heads, D=64, 2 threads (fwd+bwd, median ratio to SDPA causal).
+    Fused kernel: w=128: b=64 0.15, b=32 0.20, b=128 0.18; w=512: b=256 0.42, b=128 0.47-0.49,
+    b=64 0.57. Stored-probability engine (used up to w=256), where the same rule is best:
+    w=32: b=32 0.066, b=64 0.111; w=128: b=64 0.115, b=128 0.143; w=256: b=64 0.215, b=128 0.204.
+    """
+    if window <= 64:
+        return 32
+    return 64 if window <= 256 else 256
+
+
+@dataclass(frozen=True)
+class BandGeometry:
+    """Where the prefix and the blocks live for per-head windows, T and a block size.
+
+    The layout is sized for the widest window W; heads with narrower windows get their own rows
+    in the (per-head) masks, so one kernel call serves them all.
+    """
+
+    windows: tuple[int, ...]
+    seq_len: int
+    block: int
+
+    @property
+    def window(self) -> int:
+        return min(max(self.windows), self.seq_len)
+
+    @property
+    def uniform(self) -> bool:
+        return all(min(w, self.seq_len) == self.window for w in self.windows)
+
+    @property
+    def prefix(self) -> int:
+        return min(self.window, self.seq_len)
+
+    @property
+    def span_before(self) -> int:
+        """w' = w rounded up to a multiple of the block."""
+        return -(-self.window // self.block) * self.block
+
+    @property
+    def span(self) -> int:
+        return self.span_before + self.block
+
+    @property
+    def n_blocks(self) -> int:
+        tail = self.seq_len - self.prefix
+        return -(-tail // self.block) if tail > 0 else 0
+
+    @property
+    def front_pad(self) -> int:
+        """Zero keys before position 0 so spans align; none when there are no blocks."""
+        return self.span_before - self.window if self.n_blocks else 0
+
+    @property
+    def back_pad(self) -> int:
+        return self.prefix + self.n_blocks * self.block - self.seq_len
+
+    def executed(self) -> int:
+        """Score elements computed per head: the prefix (triangle when causal suffices, else
+        square) plus a (b, L) tile per block."""
+        p = self.prefix
+        prefix = p * (p + 1) // 2 if self.prefix_is_causal else p * p
+        return prefix + self.n_blocks * self.block * self.span
+
+    @property
+    def prefix_is_causal(self) -> bool:
+        return min(self.windows) >= self.prefix
+
+
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    zeros = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    return zeros.masked_fill(~allowed, float("-inf"))
+
+
+# Bounded: a mixed-window prefix mask is (1, H, W, W) and can reach hundreds of MB.
+@lru_cache(maxsize=16)
+def band_mask(geo: BandGeometry, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask, (b, L) or per head (1, H, b, L): query r sees span key c iff
+    w' - w_h < c - r <= w'."""
+    r = torch.arange(geo.block, device=device)[:, None]
+    c = torch.arange(geo.span, device=device)[None, :]
+    offset = c - r
+    if geo.uniform:
+        windows: torch.Tensor | int = geo.window
+    else:
+        windows = torch.tensor(geo.windows, device=device).view(1, -1, 1, 1)
+    return additive_mask((offset <= geo.span_before) & (offset > geo.span_before - windows), dtype)
+
+
+@lru_cache(maxsize=4)
+def prefix_mask(geo: BandGeometry, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+    """None when plain causal attention covers the prefix, else a per-head (1, H, P, P) mask."""
+    if geo.prefix_is_causal:
+        return None
+    windows = torch.tensor(geo.windows, device=device)
+    return additive_mask(window_mask(windows, geo.prefix), dtype).unsqueeze(0)
+
+
+def query_blocks(x: torch.Tensor, geo: BandGeometry) -> torch.Tensor:
+    """(H, Tq, D) with Tq = prefix + n_blocks * b -> (n_blocks, H, b, D) view."""
+    rows = x[:, geo.prefix : geo.prefix + geo.n_blocks * geo.block]
+    return rows.unflatten(1, (geo.n_blocks, geo.block)).transpose(0, 1)
+
+
+def key_spans(x: torch.Tensor, geo: BandGeometry) -> torch.Tensor:
+    """(H, Tk, D) padded keys -> (n_blocks, H, L, D) overlapping view; span m starts at m * b."""
+    h, _, d = x.shape
+    s_h, s_t, s_d = x.stride()
+    return x.as_strided(
+        (geo.n_blocks, h, geo.span, d),
+        (geo.block * s_t, s_h, s_t, s_d),
+        x.storage_offset(),
+    )
+
+
+def pad_keys(x: torch.Tensor, geo: BandGeometry) -> torch.Tensor:
+    if geo.front_pad == 0 and geo.back_pad == 0:
+        return x
+    return F.pad(x, (0, 0, geo.front_pad, geo.back_pad))
+
+
+def pad_queries(x: torch.Tensor, geo: BandGeometry) -> torch.Tensor:
+    return F.pad(x, (0, 0, 0, geo.back_pad)) if geo.back_pad else x
+
+
+def fold_spans(spans: torch.Tensor, geo: BandGeometry, out: torch.Tensor) -> None:
+    """Write into out (H, Tk, D) the sum of every span's key gradient (n, H, L, D) at its place.
+
+    Key block j collects block t of span j - t. For interior j all L / b terms exist and are read
+    through one strided view whose reduction writes the result directly (one pass over the
+    spans, no zero fill); the few blocks at either end are summed explicitly.
+    """
+    n, heads, span, dim = spans.shape
+    b = geo.block
+    per_span = span // b
+    n_key_blocks = n + per_span - 1
+    out_blocks = out.unflatten(1, (n_key_blocks, b)).permute(1, 0, 2, 3)  # (nk, H, b, D)
+    s_m, s_h, s_l, s_d = spans.stride()
+    interior = range(per_span - 1, n)
+    if len(interior):
+        # Reversed term order keeps every stride non-negative: term u is span j - nL + 1 + u.
+        terms = spans.as_strided(
+            (len(interior), per_span, heads, b, dim),
+            (s_m, s_m - b * s_l, s_h, s_l, s_d),
+            spans.storage_offset() + (per_span - 1) * b * s_l,
+        )
+        torch.sum(terms, dim=1, out=out_blocks[interior.start : interior.stop])
+    for j in range(n_key_blocks):
+        if j in interior:
+            continue
+        parts = [spans[j - t, :, t * b : (t + 1) * b] for t in range(per_span) if 0 <= j - t < n]
+        torch.sum(torch.stack(parts), dim=0, out=out_blocks[j])
+
+
+def geometry(windows: tuple[int, ...], seq_len: int) -> BandGeometry:
+    return BandGeometry(windows, seq_len, block_size_for(min(max(windows), seq_len)))
+
+
+def prefix_forward(q, k, v, geo: BandGeometry, scale: float):  # type: ignore[no-untyped-def]
+    """Queries [0, W) of one batch element (q (Hq, Tq, D), padded k/v): (out, lse), each with
+    a leading batch dimension of 1."""
+    p, front = geo.prefix, geo.front_pad
+    mask = prefix_mask(geo, q.device, q.dtype)
+    return attention_with_lse(
+        q[None, :, :p],
+        k[None, :, front : front + p],
+        v[None, :, front : front + p],
+        scale,
+        causal=mask is None,
+        mask=mask,
+    )
+
+
+def prefix_backward(dout, q, k, v, out, lse, geo: BandGeometry, scale: float):  # type: ignore[no-untyped-def]
+    """The prefix's (dq, dk, dv), each (1, H, W, D)."""
+    p, front = geo.prefix, geo.front_pad
+    mask = prefix_mask(geo, q.device, q.dtype)
+    return attention_with_lse_backward(
+        dout[None, :, :p], q[None, :, :p], k[None, :, front : front + p],
+        v[None, :, front : front + p], out, lse, scale, causal=mask is None, mask=mask,
+    )  # fmt: skip

@@ -1,0 +1,131 @@
+"""The banded layout's blocks as batched products that keep their softmax probabilities.
+
+Same prefix + block layout as the fused-kernel engine (`band_layout`), but each head's n blocks
+run as one batched product: scores = mask + scale * Q K^T, softmax in place, out = P V, and P
+(H, n, b, L) is saved. The backward then recomputes nothing: four products and one fused softmax
+backward. PyTorch's fused CPU kernel recomputes P inside its backward in small per-head tiles,
+which measured ~1.5x slower for narrow windows; for wide windows P grows with T (W' + b) and the
+memory-bound passes over it lose to the kernel, so `banded` picks this engine only for narrow
+windows while gradients are needed.
+
+Query blocks and the overlapping key spans are strided views (nothing copied), and the heads of
+a GQA group read their K/V head directly. The prefix runs in the fused kernel, as in `banded`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from aah.attention.band_layout import (
+    BandGeometry,
+    band_mask,
+    fold_spans,
+    geometry,
+    key_spans,
+    pad_keys,
+    pad_queries,
+    prefix_backward,
+    prefix_forward,
+    query_blocks,
+)
+
+
+def _head_mask(mask: torch.Tensor, head: int, geo: BandGeometry) -> torch.Tensor:
+    """This head's (b, L) additive band mask broadcast over the n blocks."""
+    per_head = mask if mask.dim() == 2 else mask[0, head]
+    return per_head.expand(geo.n_blocks, geo.block, geo.span)
+
+
+class _BandedStored(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, windows: tuple[int, ...], scale: float):  # type: ignore[override]
+        batch, heads, seq_len, dim = q.shape
+        geo = geometry(windows, seq_len)
+        mask = band_mask(geo, q.device, q.dtype)
+        qp, kp, vp = pad_queries(q, geo), pad_keys(k, geo), pad_keys(v, geo)
+        out = q.new_empty(batch, heads, qp.shape[2], dim)
+        probs = q.new_empty(batch, heads, geo.n_blocks, geo.block, geo.span)
+        prefix = []
+        for bi in range(batch):
+            out_pre, lse_pre = prefix_forward(qp[bi], kp[bi], vp[bi], geo, scale)
+            out[bi, :, : geo.prefix] = out_pre[0]
+            if geo.n_blocks:
+                _blocks_forward(qp[bi], kp[bi], vp[bi], geo, mask, scale, probs[bi], out[bi])
+            prefix += [out_pre, lse_pre]
+        ctx.save_for_backward(qp, kp, vp, probs, *prefix)
+        ctx.geo, ctx.scale = geo, scale
+        return out[:, :, :seq_len]
+
+    @staticmethod
+    def backward(ctx, grad_out):  # type: ignore[override]
+        qp, kp, vp, probs, *prefix = ctx.saved_tensors
+        geo, scale = ctx.geo, ctx.scale
+        grad_out = pad_queries(grad_out, geo)
+        dq = torch.empty_like(qp)
+        dk, dv = torch.empty_like(kp), torch.empty_like(vp)
+        for bi in range(qp.shape[0]):
+            out_pre, lse_pre = prefix[2 * bi : 2 * bi + 2]
+            _backward_one(
+                grad_out[bi], qp[bi], kp[bi], vp[bi], probs[bi], out_pre, lse_pre,
+                geo, scale, dq[bi], dk[bi], dv[bi],
+            )  # fmt: skip
+        keys = slice(geo.front_pad, geo.front_pad + geo.seq_len)
+        return dq[:, :, : geo.seq_len], dk[:, :, keys], dv[:, :, keys], None, None
+
+
+def _blocks_forward(q, k, v, geo: BandGeometry, mask, scale, probs, out) -> None:  # type: ignore[no-untyped-def]
+    """One batch element: fills probs (H, n, b, L) and the block rows of out (H, Tq, D)."""
+    group = q.shape[0] // k.shape[0]
+    q_blocks, k_spans, v_spans = query_blocks(q, geo), key_spans(k, geo), key_spans(v, geo)
+    out_blocks = query_blocks(out, geo)
+    for h in range(q.shape[0]):
+        keys = k_spans[:, h // group].transpose(1, 2)
+        torch.baddbmm(_head_mask(mask, h, geo), q_blocks[:, h], keys, alpha=scale, out=probs[h])
+    torch._softmax(probs, -1, False, out=probs)
+    for h in range(q.shape[0]):
+        torch.bmm(probs[h], v_spans[:, h // group], out=out_blocks[:, h])
+
+
+def _backward_one(  # type: ignore[no-untyped-def]
+    dout, q, k, v, probs, out_pre, lse_pre, geo: BandGeometry, scale, dq, dk, dv
+) -> None:
+    """One batch element: q (Hq, Tq, D), padded k/v (Hkv, Tk, D); writes dq, dk, dv."""
+    p, front = geo.prefix, geo.front_pad
+    dq_p, dk_p, dv_p = prefix_backward(dout, q, k, v, out_pre, lse_pre, geo, scale)
+    dq[:, :p] = dq_p[0]
+    if geo.n_blocks == 0:  # no padding either: the prefix is the whole sequence
+        dk.copy_(dk_p[0])
+        dv.copy_(dv_p[0])
+        return
+    heads, kv_heads = q.shape[0], k.shape[0]
+    group = heads // kv_heads
+    q_blocks, dout_blocks, dq_blocks = (query_blocks(x, geo) for x in (q, dout, dq))
+    k_spans, v_spans = key_spans(k, geo), key_spans(v, geo)
+    # Span gradients per query head, (n, H, L, D) as `fold_spans` takes them.
+    dk_spans = q.new_empty(heads, geo.n_blocks, geo.span, q.shape[-1]).transpose(0, 1)
+    dv_spans = torch.empty_like(dk_spans)
+    grad_scores = torch.empty_like(probs)
+    for h in range(heads):
+        torch.bmm(probs[h].transpose(1, 2), dout_blocks[:, h], out=dv_spans[:, h])
+        torch.bmm(dout_blocks[:, h], v_spans[:, h // group].transpose(1, 2), out=grad_scores[h])
+    torch._softmax_backward_data(grad_scores, probs, -1, probs.dtype, grad_input=grad_scores)
+    # beta=0 ignores the (broadcast) input, so alpha applies the scale inside the products.
+    unused = q.new_zeros(1, 1, 1)
+    for h in range(heads):
+        g = grad_scores[h]
+        torch.baddbmm(unused, g, k_spans[:, h // group], beta=0, alpha=scale, out=dq_blocks[:, h])
+        torch.baddbmm(
+            unused, g.transpose(1, 2), q_blocks[:, h], beta=0, alpha=scale, out=dk_spans[:, h]
+        )
+    if group > 1:  # a K/V head's span gradient sums over its group of query heads
+        dk_spans = dk_spans.unflatten(1, (kv_heads, group)).sum(2)
+        dv_spans = dv_spans.unflatten(1, (kv_heads, group)).sum(2)
+    for grad, spans, prefix_grad in ((dk, dk_spans, dk_p), (dv, dv_spans, dv_p)):
+        fold_spans(spans, geo, grad)
+        grad[:, front : front + p] += prefix_grad[0]
+
+
+def banded_stored_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: tuple[int, ...], scale: float
+) -> torch.Tensor:
+    return _BandedStored.apply(q, k, v, windows, scale)
