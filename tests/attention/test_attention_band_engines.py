@@ -17,6 +17,7 @@ from attention_helpers import (
     naive_attention,
 )
 
+import aah.attention.banded as banded_module
 from aah.attention.band_layout import geometry
 from aah.attention.band_stored import banded_stored_attention
 from aah.attention.banded import (
@@ -106,3 +107,14 @@ def test_rule_picks_the_engine(window: int, head_dim: int, grad: bool, expected:
         t.requires_grad_(grad)
     out = banded_attention(q, k, v, (window, window), head_dim**-0.5)
     assert (None if out.grad_fn is None else _engine_of(out)) == expected
+
+
+def test_rule_keeps_probabilities_within_the_memory_cap(monkeypatch) -> None:
+    q, k, v, _ = make_qkv(2, 2, 2, 512, STORED_MIN_HEAD_DIM)
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    # 2 batch x 2 heads x 6 blocks x 64 x 192 floats of 4 bytes: 1,179,648 bytes kept.
+    monkeypatch.setattr(banded_module, "STORED_MAX_BYTES", 1_179_648)
+    assert _engine_of(banded_attention(q, k, v, (128, 128), 0.125)) == "stored"
+    monkeypatch.setattr(banded_module, "STORED_MAX_BYTES", 1_179_647)
+    assert _engine_of(banded_attention(q, k, v, (128, 128), 0.125)) == "kernel"

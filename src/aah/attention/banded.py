@@ -37,6 +37,9 @@ from aah.attention.sdpa_lse import attention_with_lse, attention_with_lse_backwa
 
 STORED_MAX_WINDOW = 256
 STORED_MIN_HEAD_DIM = 64
+# A cap on one call's kept probabilities, so a large batch cannot balloon memory (T=16384,
+# 8 heads, w=256 keeps 168 MB per batch element).
+STORED_MAX_BYTES = 2**30
 
 
 def _empty_bthd(x: torch.Tensor, length: int) -> torch.Tensor:
@@ -118,12 +121,14 @@ def _backward_one(  # type: ignore[no-untyped-def]
 
 
 def _stores_probabilities(q, k, v, windows: tuple[int, ...]) -> bool:  # type: ignore[no-untyped-def]
-    """The measured rule for the stored engine (module docstring)."""
-    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    """The measured rule for the stored engine (module docstring), within a memory cap."""
+    if not torch.is_grad_enabled() or not (q.requires_grad or k.requires_grad or v.requires_grad):
+        return False
+    batch, heads, seq_len, dim = q.shape
+    geo = geometry(windows, seq_len)
+    kept = batch * heads * geo.n_blocks * geo.block * geo.span * q.element_size()
     return (
-        needs_grad
-        and q.shape[-1] >= STORED_MIN_HEAD_DIM
-        and geometry(windows, q.shape[2]).window <= STORED_MAX_WINDOW
+        dim >= STORED_MIN_HEAD_DIM and geo.window <= STORED_MAX_WINDOW and kept <= STORED_MAX_BYTES
     )
 
 

@@ -1,6 +1,6 @@
 """The paper's execution branch: bucket heads by window, run each bucket, put heads back in order.
 
-Full-window buckets go through SDPA `is_causal`; local buckets through the banded kernel, each
+Full-window buckets go through SDPA `is_causal`; local buckets through `banded`, each
 with a layout sized for its own window. The bucketing depends only on (windows, T, Hq, Hkv),
 so it is computed once per window plan and cached.
 """

@@ -103,7 +103,7 @@ class _MergeHeads(torch.autograd.Function):
         b, _, t, d = parts[0].shape
         h = sum(p.shape[1] for p in parts)
         ctx.indices = indices
-        # (B, T, H, D) memory: the banded kernel's layout, and what the output projection reads.
+        # (B, T, H, D) memory: the fused kernel's layout, and what the output projection reads.
         out = parts[0].new_empty(b, t, h, d).transpose(1, 2)
         for part, index in zip(parts, indices, strict=True):
             _put(out, index, part)
