@@ -187,14 +187,14 @@ def geometry(windows: tuple[int, ...], seq_len: int) -> BandGeometry:
 
 
 def prefix_forward(q, k, v, geo: BandGeometry, scale: float):  # type: ignore[no-untyped-def]
-    """Queries [0, W) of one batch element (q (Hq, Tq, D), padded k/v): (out, lse), each with
-    a leading batch dimension of 1."""
+    """Queries [0, W) of the whole batch (q (B, Hq, Tq, D), padded k/v): (out, lse). One call
+    for every batch element: the fused backward parallelises over batch x heads only."""
     p, front = geo.prefix, geo.front_pad
     mask = prefix_mask(geo, q.device, q.dtype)
     return attention_with_lse(
-        q[None, :, :p],
-        k[None, :, front : front + p],
-        v[None, :, front : front + p],
+        q[:, :, :p],
+        k[:, :, front : front + p],
+        v[:, :, front : front + p],
         scale,
         causal=mask is None,
         mask=mask,
@@ -202,10 +202,10 @@ def prefix_forward(q, k, v, geo: BandGeometry, scale: float):  # type: ignore[no
 
 
 def prefix_backward(dout, q, k, v, out, lse, geo: BandGeometry, scale: float):  # type: ignore[no-untyped-def]
-    """The prefix's (dq, dk, dv), each (1, H, W, D)."""
+    """The prefix's (dq, dk, dv), each (B, H, W, D)."""
     p, front = geo.prefix, geo.front_pad
     mask = prefix_mask(geo, q.device, q.dtype)
     return attention_with_lse_backward(
-        dout[None, :, :p], q[None, :, :p], k[None, :, front : front + p],
-        v[None, :, front : front + p], out, lse, scale, causal=mask is None, mask=mask,
+        dout[:, :, :p], q[:, :, :p], k[:, :, front : front + p],
+        v[:, :, front : front + p], out, lse, scale, causal=mask is None, mask=mask,
     )  # fmt: skip

@@ -44,32 +44,34 @@ class _BandedStored(torch.autograd.Function):
         mask = band_mask(geo, q.device, q.dtype)
         qp, kp, vp = pad_queries(q, geo), pad_keys(k, geo), pad_keys(v, geo)
         out = q.new_empty(batch, heads, qp.shape[2], dim)
+        out_pre, lse_pre = prefix_forward(qp, kp, vp, geo, scale)
+        out[:, :, : geo.prefix] = out_pre
         probs = q.new_empty(batch, heads, geo.n_blocks, geo.block, geo.span)
-        prefix = []
-        for bi in range(batch):
-            out_pre, lse_pre = prefix_forward(qp[bi], kp[bi], vp[bi], geo, scale)
-            out[bi, :, : geo.prefix] = out_pre[0]
-            if geo.n_blocks:
-                _blocks_forward(qp[bi], kp[bi], vp[bi], geo, mask, scale, probs[bi], out[bi])
-            prefix += [out_pre, lse_pre]
-        ctx.save_for_backward(qp, kp, vp, probs, *prefix)
+        for bi in range(batch if geo.n_blocks else 0):
+            _blocks_forward(qp[bi], kp[bi], vp[bi], geo, mask, scale, probs[bi], out[bi])
+        ctx.save_for_backward(qp, kp, vp, probs, out_pre, lse_pre)
         ctx.geo, ctx.scale = geo, scale
         return out[:, :, :seq_len]
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
-        qp, kp, vp, probs, *prefix = ctx.saved_tensors
+        qp, kp, vp, probs, out_pre, lse_pre = ctx.saved_tensors
         geo, scale = ctx.geo, ctx.scale
         grad_out = pad_queries(grad_out, geo)
+        p, front = geo.prefix, geo.front_pad
+        dq_p, dk_p, dv_p = prefix_backward(grad_out, qp, kp, vp, out_pre, lse_pre, geo, scale)
+        if geo.n_blocks == 0:  # no padding either: the prefix is the whole sequence
+            return dq_p, dk_p, dv_p, None, None
         dq = torch.empty_like(qp)
+        dq[:, :, :p] = dq_p
         dk, dv = torch.empty_like(kp), torch.empty_like(vp)
         for bi in range(qp.shape[0]):
-            out_pre, lse_pre = prefix[2 * bi : 2 * bi + 2]
-            _backward_one(
-                grad_out[bi], qp[bi], kp[bi], vp[bi], probs[bi], out_pre, lse_pre,
-                geo, scale, dq[bi], dk[bi], dv[bi],
-            )  # fmt: skip
-        keys = slice(geo.front_pad, geo.front_pad + geo.seq_len)
+            _blocks_backward(
+                grad_out[bi], qp[bi], kp[bi], vp[bi], probs[bi], geo, scale, dq[bi], dk[bi], dv[bi]
+            )
+        dk[:, :, front : front + p] += dk_p
+        dv[:, :, front : front + p] += dv_p
+        keys = slice(front, front + geo.seq_len)
         return dq[:, :, : geo.seq_len], dk[:, :, keys], dv[:, :, keys], None, None
 
 
@@ -86,17 +88,9 @@ def _blocks_forward(q, k, v, geo: BandGeometry, mask, scale, probs, out) -> None
         torch.bmm(probs[h], v_spans[:, h // group], out=out_blocks[:, h])
 
 
-def _backward_one(  # type: ignore[no-untyped-def]
-    dout, q, k, v, probs, out_pre, lse_pre, geo: BandGeometry, scale, dq, dk, dv
-) -> None:
-    """One batch element: q (Hq, Tq, D), padded k/v (Hkv, Tk, D); writes dq, dk, dv."""
-    p, front = geo.prefix, geo.front_pad
-    dq_p, dk_p, dv_p = prefix_backward(dout, q, k, v, out_pre, lse_pre, geo, scale)
-    dq[:, :p] = dq_p[0]
-    if geo.n_blocks == 0:  # no padding either: the prefix is the whole sequence
-        dk.copy_(dk_p[0])
-        dv.copy_(dv_p[0])
-        return
+def _blocks_backward(dout, q, k, v, probs, geo: BandGeometry, scale, dq, dk, dv) -> None:  # type: ignore[no-untyped-def]
+    """One batch element (q (Hq, Tq, D), padded k/v (Hkv, Tk, D)): writes the block rows of dq
+    and all of dk, dv (the prefix's share is added by the caller)."""
     heads, kv_heads = q.shape[0], k.shape[0]
     group = heads // kv_heads
     q_blocks, dout_blocks, dq_blocks = (query_blocks(x, geo) for x in (q, dout, dq))
@@ -120,9 +114,8 @@ def _backward_one(  # type: ignore[no-untyped-def]
     if group > 1:  # a K/V head's span gradient sums over its group of query heads
         dk_spans = dk_spans.unflatten(1, (kv_heads, group)).sum(2)
         dv_spans = dv_spans.unflatten(1, (kv_heads, group)).sum(2)
-    for grad, spans, prefix_grad in ((dk, dk_spans, dk_p), (dv, dv_spans, dv_p)):
-        fold_spans(spans, geo, grad)
-        grad[:, front : front + p] += prefix_grad[0]
+    fold_spans(dk_spans, geo, dk)
+    fold_spans(dv_spans, geo, dv)
 
 
 def banded_stored_attention(

@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 
 from aah.attention.band_layout import (
-    BandGeometry,
     band_mask,
     fold_spans,
     geometry,
@@ -61,63 +60,49 @@ class _BandedWindow(torch.autograd.Function):
         mask = band_mask(geo, q.device, q.dtype)
         qp, kp, vp = pad_queries(q, geo), pad_keys(k, geo), pad_keys(v, geo)
         out = _empty_bthd(q, seq_len)
-        saved = []
-        for bi in range(batch):
-            out_pre, lse_pre = prefix_forward(qp[bi], kp[bi], vp[bi], geo, scale)
-            out[bi, :, : geo.prefix] = out_pre[0]
-            out_blk = lse_blk = None
-            if geo.n_blocks:
-                out_blk, lse_blk = attention_with_lse(
-                    query_blocks(qp[bi], geo), key_spans(kp[bi], geo), key_spans(vp[bi], geo),
-                    scale, mask=mask,
-                )  # fmt: skip
-                tail = out_blk.transpose(0, 1).flatten(1, 2)
-                out[bi, :, geo.prefix :] = tail[:, : seq_len - geo.prefix]
-            saved += [out_pre, lse_pre, out_blk, lse_blk]
-        ctx.save_for_backward(qp, kp, vp, *saved)
+        out_pre, lse_pre = prefix_forward(qp, kp, vp, geo, scale)
+        out[:, :, : geo.prefix] = out_pre
+        blocks = []
+        for bi in range(batch if geo.n_blocks else 0):
+            out_blk, lse_blk = attention_with_lse(
+                query_blocks(qp[bi], geo), key_spans(kp[bi], geo), key_spans(vp[bi], geo),
+                scale, mask=mask,
+            )  # fmt: skip
+            tail = out_blk.transpose(0, 1).flatten(1, 2)
+            out[bi, :, geo.prefix :] = tail[:, : seq_len - geo.prefix]
+            blocks += [out_blk, lse_blk]
+        ctx.save_for_backward(qp, kp, vp, out_pre, lse_pre, *blocks)
         ctx.geo, ctx.scale = geo, scale
         return out
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
-        qp, kp, vp, *saved = ctx.saved_tensors
+        qp, kp, vp, out_pre, lse_pre, *blocks = ctx.saved_tensors
         geo, scale = ctx.geo, ctx.scale
         mask = band_mask(geo, qp.device, qp.dtype)
         grad_out = pad_queries(grad_out, geo)
-        batch = qp.shape[0]
-        seq_len, front = geo.seq_len, geo.front_pad
+        p, front, seq_len = geo.prefix, geo.front_pad, geo.seq_len
+        dq_p, dk_p, dv_p = prefix_backward(grad_out, qp, kp, vp, out_pre, lse_pre, geo, scale)
+        if geo.n_blocks == 0:  # no padding either: the prefix is the whole sequence
+            return dq_p, dk_p, dv_p, None, None
         dq = _empty_bthd(qp, seq_len)
+        dq[:, :, :p] = dq_p
         # K/V gradients are built padded and returned as views: no extra copies.
         dk, dv = _empty_bthd(kp, kp.shape[2]), _empty_bthd(vp, vp.shape[2])
-        for bi in range(batch):
-            out_pre, lse_pre, out_blk, lse_blk = saved[4 * bi : 4 * bi + 4]
-            _backward_one(
-                grad_out[bi], qp[bi], kp[bi], vp[bi], out_pre, lse_pre, out_blk, lse_blk,
-                geo, mask, scale, dq[bi], dk[bi], dv[bi],
+        for bi in range(qp.shape[0]):
+            out_blk, lse_blk = blocks[2 * bi : 2 * bi + 2]
+            dq_b, dk_s, dv_s = attention_with_lse_backward(
+                query_blocks(grad_out[bi], geo), query_blocks(qp[bi], geo),
+                key_spans(kp[bi], geo), key_spans(vp[bi], geo), out_blk, lse_blk, scale,
+                mask=mask,
             )  # fmt: skip
+            dq[bi, :, p:] = dq_b.transpose(0, 1).flatten(1, 2)[:, : seq_len - p]
+            fold_spans(dk_s, geo, dk[bi])
+            fold_spans(dv_s, geo, dv[bi])
+        dk[:, :, front : front + p] += dk_p
+        dv[:, :, front : front + p] += dv_p
         keys = slice(front, front + seq_len)
         return dq, dk[:, :, keys], dv[:, :, keys], None, None
-
-
-def _backward_one(  # type: ignore[no-untyped-def]
-    dout, q, k, v, out_pre, lse_pre, out_blk, lse_blk, geo: BandGeometry, mask, scale, dq, dk, dv
-):
-    """Writes one batch element's gradients into dq (Hq, T, D) and padded dk, dv (Hkv, Tk, D)."""
-    p, front, seq_len = geo.prefix, geo.front_pad, geo.seq_len
-    dq_p, dk_p, dv_p = prefix_backward(dout, q, k, v, out_pre, lse_pre, geo, scale)
-    dq[:, :p] = dq_p[0]
-    if geo.n_blocks == 0:  # no padding either: the prefix is the whole sequence
-        dk.copy_(dk_p[0])
-        dv.copy_(dv_p[0])
-        return
-    dq_b, dk_s, dv_s = attention_with_lse_backward(
-        query_blocks(dout, geo), query_blocks(q, geo), key_spans(k, geo), key_spans(v, geo),
-        out_blk, lse_blk, scale, mask=mask,
-    )  # fmt: skip
-    dq[:, p:] = dq_b.transpose(0, 1).flatten(1, 2)[:, : seq_len - p]
-    for grad, spans, prefix_grad in ((dk, dk_s, dk_p), (dv, dv_s, dv_p)):
-        fold_spans(spans, geo, grad)
-        grad[:, front : front + p] += prefix_grad[0]
 
 
 def _stores_probabilities(q, k, v, windows: tuple[int, ...]) -> bool:  # type: ignore[no-untyped-def]
