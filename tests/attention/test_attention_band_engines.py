@@ -118,3 +118,27 @@ def test_rule_keeps_probabilities_within_the_memory_cap(monkeypatch) -> None:
     assert _engine_of(banded_attention(q, k, v, (128, 128), 0.125)) == "stored"
     monkeypatch.setattr(banded_module, "STORED_MAX_BYTES", 1_179_647)
     assert _engine_of(banded_attention(q, k, v, (128, 128), 0.125)) == "kernel"
+
+
+@pytest.mark.parametrize("case", ["uniform-w100-frontpad", "mixed-gqa"])
+def test_stored_engine_bfloat16_within_twice_plain_math_error(case: str) -> None:
+    """Run as CUDA would run it (CPU backends upcast bf16 first): flash-attention's rule, the
+    error against fp32 math at most 2x that of plain bf16 math (plus 1e-3)."""
+    batch, hq, hkv, seq_len, dim, windows = CASES[case]
+    q, k, v, dout = make_qkv(batch, hq, hkv, seq_len, dim, seed=2, dtype=torch.bfloat16)
+    scale = dim**-0.5
+
+    def run(engine, dtype):  # type: ignore[no-untyped-def]
+        args = [t.to(dtype) for t in (q, k, v, dout)]
+        return forward_backward(lambda q, k, v: engine(q, k, v, windows, scale), *args)
+
+    def plain(q, k, v, windows, scale):  # type: ignore[no-untyped-def]
+        return naive_attention(q, k, v, windows, scale)
+
+    truth = run(plain, torch.float32)
+    baseline, got = run(plain, torch.bfloat16), run(banded_stored_attention, torch.bfloat16)
+    for name, a, base, want in zip(("output", "dq", "dk", "dv"), got, baseline, truth, strict=True):
+        assert a.dtype == torch.bfloat16
+        err = (a.float() - want).abs().max().item()
+        base_err = (base.float() - want).abs().max().item()
+        assert err <= 2 * base_err + 1e-3, f"stored {case} {name}: {err:.3e} vs {base_err:.3e}"
