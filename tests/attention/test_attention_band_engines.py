@@ -23,13 +23,13 @@ from aah.attention.band_stored import banded_stored_attention
 from aah.attention.banded import (
     STORED_MAX_WINDOW,
     STORED_MIN_HEAD_DIM,
-    _BandedWindow,
+    _BandedKernel,
     banded_attention,
 )
 
 
 def kernel_engine(q, k, v, windows, scale):  # type: ignore[no-untyped-def]
-    return _BandedWindow.apply(q, k, v, tuple(windows), scale)
+    return _BandedKernel.apply(q, k, v, tuple(windows), scale)
 
 
 ENGINES = {"kernel": kernel_engine, "stored": banded_stored_attention}
@@ -89,7 +89,7 @@ def test_engine_accepts_sequence_major_memory(engine: str) -> None:
 
 def _engine_of(out: torch.Tensor) -> str:
     name = type(out.grad_fn).__name__
-    return {"_BandedStoredBackward": "stored", "_BandedWindowBackward": "kernel"}.get(name, name)
+    return {"_BandedStoredBackward": "stored", "_BandedKernelBackward": "kernel"}.get(name, name)
 
 
 @pytest.mark.parametrize(

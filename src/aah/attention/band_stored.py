@@ -10,6 +10,9 @@ windows while gradients are needed.
 
 Query blocks and the overlapping key spans are strided views (nothing copied), and the heads of
 a GQA group read their K/V head directly. The prefix runs in the fused kernel, as in `banded`.
+The softmax and its backward are ATen's own ops called with `out` = their input, so neither
+allocates or writes a second P-sized tensor (tests/attention/test_attention_band_engines.py
+checks the results against float64 math).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ def _head_mask(mask: torch.Tensor, head: int, geo: BandGeometry) -> torch.Tensor
 
 
 class _BandedStored(torch.autograd.Function):
+    """Forward that keeps P, and a backward of batched products over it."""
+
     @staticmethod
     def forward(ctx, q, k, v, windows: tuple[int, ...], scale: float):  # type: ignore[override]
         batch, heads, seq_len, dim = q.shape

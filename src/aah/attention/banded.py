@@ -50,7 +50,7 @@ def _empty_bthd(x: torch.Tensor, length: int) -> torch.Tensor:
     return x.new_empty(b, length, h, d).transpose(1, 2)
 
 
-class _BandedWindow(torch.autograd.Function):
+class _BandedKernel(torch.autograd.Function):
     """Forward and recomputing backward of the prefix + masked-block decomposition."""
 
     @staticmethod
@@ -130,7 +130,7 @@ def banded_attention(
         return dense_attention(q, k, v, windows, scale)
     if _stores_probabilities(q, k, v, windows):
         return banded_stored_attention(q, k, v, windows, scale)
-    return _BandedWindow.apply(q, k, v, windows, scale)
+    return _BandedKernel.apply(q, k, v, windows, scale)
 
 
 def _square_is_cheaper(windows: tuple[int, ...], seq_len: int) -> bool:
