@@ -98,15 +98,30 @@ def _engine_of(out: torch.Tensor) -> str:
         (STORED_MAX_WINDOW, STORED_MIN_HEAD_DIM, True, "stored"),
         (STORED_MAX_WINDOW + 1, STORED_MIN_HEAD_DIM, True, "kernel"),
         (STORED_MAX_WINDOW, STORED_MIN_HEAD_DIM // 2, True, "kernel"),
-        (64, STORED_MIN_HEAD_DIM, False, None),  # no graph: the kernel's forward, nothing kept
     ],
 )
-def test_rule_picks_the_engine(window: int, head_dim: int, grad: bool, expected: str | None):
+def test_rule_picks_the_engine(window: int, head_dim: int, grad: bool, expected: str):
     q, k, v, _ = make_qkv(1, 2, 2, 4 * STORED_MAX_WINDOW, head_dim)
     for t in (q, k, v):
         t.requires_grad_(grad)
     out = banded_attention(q, k, v, (window, window), head_dim**-0.5)
-    assert (None if out.grad_fn is None else _engine_of(out)) == expected
+    assert _engine_of(out) == expected
+
+
+@pytest.mark.parametrize("inputs_need_grad", [False, True], ids=["plain", "under-no_grad"])
+def test_rule_keeps_nothing_without_a_graph(monkeypatch, inputs_need_grad: bool) -> None:
+    """No graph will be built: the kernel's forward runs and no probabilities are kept."""
+
+    def refuse(*args):  # type: ignore[no-untyped-def]
+        raise AssertionError("stored engine picked without gradients")
+
+    monkeypatch.setattr(banded_module, "banded_stored_attention", refuse)
+    q, k, v, _ = make_qkv(1, 2, 2, 4 * STORED_MAX_WINDOW, STORED_MIN_HEAD_DIM)
+    for t in (q, k, v):
+        t.requires_grad_(inputs_need_grad)
+    with torch.no_grad():
+        out = banded_attention(q, k, v, (64, 64), STORED_MIN_HEAD_DIM**-0.5)
+    assert out.grad_fn is None and out.shape == q.shape
 
 
 def test_rule_keeps_probabilities_within_the_memory_cap(monkeypatch) -> None:

@@ -182,6 +182,7 @@ def fold_spans(spans: torch.Tensor, geo: BandGeometry, out: torch.Tensor) -> Non
         torch.sum(torch.stack(parts), dim=0, out=out_blocks[j])
 
 
+@lru_cache(maxsize=256)  # asked for several times per call (dispatch, engine, executed count)
 def geometry(windows: tuple[int, ...], seq_len: int) -> BandGeometry:
     return BandGeometry(windows, seq_len, block_size_for(min(max(windows), seq_len)))
 
@@ -209,3 +210,13 @@ def prefix_backward(dout, q, k, v, out, lse, geo: BandGeometry, scale: float):  
         dout[:, :, :p], q[:, :, :p], k[:, :, front : front + p],
         v[:, :, front : front + p], out, lse, scale, causal=mask is None, mask=mask,
     )  # fmt: skip
+
+
+def add_prefix_key_grads(dk, dv, dk_p, dv_p, geo: BandGeometry):  # type: ignore[no-untyped-def]
+    """Add the prefix's key gradients into the padded dk, dv (B, Hkv, Tk, D) the blocks filled;
+    returns their views over the real keys."""
+    front, p = geo.front_pad, geo.prefix
+    dk[:, :, front : front + p] += dk_p
+    dv[:, :, front : front + p] += dv_p
+    keys = slice(front, front + geo.seq_len)
+    return dk[:, :, keys], dv[:, :, keys]

@@ -21,6 +21,7 @@ import torch
 
 from aah.attention.band_layout import (
     BandGeometry,
+    add_prefix_key_grads,
     band_mask,
     fold_spans,
     geometry,
@@ -63,7 +64,7 @@ class _BandedStored(torch.autograd.Function):
         qp, kp, vp, probs, out_pre, lse_pre = ctx.saved_tensors
         geo, scale = ctx.geo, ctx.scale
         grad_out = pad_queries(grad_out, geo)
-        p, front = geo.prefix, geo.front_pad
+        p = geo.prefix
         dq_p, dk_p, dv_p = prefix_backward(grad_out, qp, kp, vp, out_pre, lse_pre, geo, scale)
         if geo.n_blocks == 0:  # no padding either: the prefix is the whole sequence
             return dq_p, dk_p, dv_p, None, None
@@ -74,10 +75,8 @@ class _BandedStored(torch.autograd.Function):
             _blocks_backward(
                 grad_out[bi], qp[bi], kp[bi], vp[bi], probs[bi], geo, scale, dq[bi], dk[bi], dv[bi]
             )
-        dk[:, :, front : front + p] += dk_p
-        dv[:, :, front : front + p] += dv_p
-        keys = slice(front, front + geo.seq_len)
-        return dq[:, :, : geo.seq_len], dk[:, :, keys], dv[:, :, keys], None, None
+        dk, dv = add_prefix_key_grads(dk, dv, dk_p, dv_p, geo)
+        return dq[:, :, : geo.seq_len], dk, dv, None, None
 
 
 def _blocks_forward(q, k, v, geo: BandGeometry, mask, scale, probs, out) -> None:  # type: ignore[no-untyped-def]

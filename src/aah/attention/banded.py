@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from aah.attention.band_layout import (
+    add_prefix_key_grads,
     band_mask,
     fold_spans,
     geometry,
@@ -81,7 +82,7 @@ class _BandedKernel(torch.autograd.Function):
         geo, scale = ctx.geo, ctx.scale
         mask = band_mask(geo, qp.device, qp.dtype)
         grad_out = pad_queries(grad_out, geo)
-        p, front, seq_len = geo.prefix, geo.front_pad, geo.seq_len
+        p, seq_len = geo.prefix, geo.seq_len
         dq_p, dk_p, dv_p = prefix_backward(grad_out, qp, kp, vp, out_pre, lse_pre, geo, scale)
         if geo.n_blocks == 0:  # no padding either: the prefix is the whole sequence
             return dq_p, dk_p, dv_p, None, None
@@ -99,10 +100,8 @@ class _BandedKernel(torch.autograd.Function):
             dq[bi, :, p:] = dq_b.transpose(0, 1).flatten(1, 2)[:, : seq_len - p]
             fold_spans(dk_s, geo, dk[bi])
             fold_spans(dv_s, geo, dv[bi])
-        dk[:, :, front : front + p] += dk_p
-        dv[:, :, front : front + p] += dv_p
-        keys = slice(front, front + seq_len)
-        return dq, dk[:, :, keys], dv[:, :, keys], None, None
+        dk, dv = add_prefix_key_grads(dk, dv, dk_p, dv_p, geo)
+        return dq, dk, dv, None, None
 
 
 def _stores_probabilities(q, k, v, windows: tuple[int, ...]) -> bool:  # type: ignore[no-untyped-def]
