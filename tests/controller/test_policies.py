@@ -33,10 +33,14 @@ def policy(name, **kw):
 
 
 def run(pol, steps, seed0=0):
+    """Drive `pol` as the training loop does; the plans it returned, in order."""
     plans = []
     for step in steps:
         if pol.wants_update(step):
-            plans.append(pol.update(step, qkv(seed0 + step)))
+            seen = qkv(seed0 + step) if pol.wants_activations(step) else None
+            plan = pol.update(step, seen)
+            if plan is not None:
+                plans.append(plan)
     return plans
 
 
@@ -67,10 +71,78 @@ def test_every_policy_runs_and_records(name):
 def test_warmup_and_schedule():
     pol = policy("aah-v3-full-adaptive", warmup_steps=10, interval=5)
     assert pol.initial_plan() == [[T] * H] * L
-    assert [s for s in range(26) if pol.wants_update(s)] == [10, 15, 20, 25]
+    calls, observed, decided = [], [], []
+    for step in range(26):
+        if pol.wants_update(step):
+            calls.append(step)
+            seen = qkv(step) if pol.wants_activations(step) else None
+            observed += [step] if seen is not None else []
+            if pol.update(step, seen) is not None:
+                decided.append(step)
+    # step 0 caches level 0 and the feature EMA; the step before a decision measures attention
+    assert observed == [0, 9, 10, 14, 15, 19, 20, 24, 25]
+    assert decided == [10, 15, 20, 25]
+    assert calls == observed  # 4 candidates, window EMA 0.15: it never moves the plan
     assert not any(policy("full").wants_update(s) for s in range(200))
     assert not any(policy("random").wants_update(s) for s in range(200))
     assert policy("random", random_resample=True, interval=3).wants_update(3)
+
+
+@pytest.mark.parametrize("name", ["fixed", "random", "budget", "aah-v3-full-adaptive"])
+def test_every_windowed_policy_takes_the_same_warmup(name):
+    """Controls are matched: full attention through step 10, windowed from step 11 on."""
+    pol = policy(name, warmup_steps=10, interval=5)
+    in_force = {}
+    plan = pol.initial_plan()
+    for step in range(14):
+        in_force[step] = plan
+        if pol.wants_update(step):
+            seen = qkv(step) if pol.wants_activations(step) else None
+            plan = pol.update(step, seen) or plan
+    assert all(in_force[s] == [[T] * H] * L for s in range(11))
+    assert in_force[11] != [[T] * H] * L or name == "aah-v3-full-adaptive"
+    old = policy(name, warmup_steps=10, windowed_from_start=True)
+    if name in ("fixed", "random"):
+        assert old.initial_plan() != [[T] * H] * L  # the old behaviour, on request
+
+
+def test_budget_shuffled_matches_budget_coverage_per_layer():
+    budget, shuffled = policy("budget", interval=1), policy("budget-shuffled", interval=1)
+    differs = False
+    for step in range(4):
+        a, b = budget.update(step, qkv(step)), shuffled.update(step, qkv(step))
+        assert [sorted(r) for r in a] == [sorted(r) for r in b]
+        differs |= a != b
+    assert differs  # the assignment to heads is what changes
+
+
+def test_policy_runs_the_layer_controllers_one_step_late_on_the_same_inputs():
+    """The plan in force at step s + 1 is what the per-forward controller decides at s,
+    from Q/K/V of s and the attention statistics of s - 1 under the plan then in force."""
+    from aah.controller.aahv3 import LayerInputs
+    from aah.controller.head_stats import attention_stats
+
+    kw = {"warmup_steps": 3, "interval": 2, "window_ema": 0.6, "windows": [4, 8, 16, 32, 64]}
+    pol = policy("aah-v3-full-adaptive", **kw)
+    twin = policy("aah-v3-full-adaptive", **kw)._layers  # same seed: same frozen scorers
+    plan, prev_plan = pol.initial_plan(), None
+    for step in range(12):
+        expect = []
+        for layer, ctl in enumerate(twin):
+            attn = None
+            if step > 0:
+                q, k, v = qkv(step - 1)[layer]
+                attn = attention_stats(q, k, v, prev_plan[layer])
+            idx = ctl.forward(step, LayerInputs(*qkv(step)[layer], attn))
+            expect.append(None if idx is None else [pol.windows[i] for i in idx])
+        prev_plan = plan
+        if pol.wants_update(step):
+            seen = qkv(step) if pol.wants_activations(step) else None
+            plan = pol.update(step, seen) or plan
+        if expect[0] is not None:
+            assert plan == expect, step
+        else:
+            assert plan == [[T] * H] * L
 
 
 def test_random_same_seed_same_plans_different_seed_differs():
@@ -86,7 +158,7 @@ def test_random_same_seed_same_plans_different_seed_differs():
 
 
 def test_random_is_uniform_over_candidates():
-    cfg = ControllerConfig(policy="random", windows=[3, 5, 9])
+    cfg = ControllerConfig(policy="random", windows=[3, 5, 9], warmup_steps=0)
     pol = make_policy(cfg, n_layer=40, n_head=30, n_kv_head=30, seq_len=T)
     flat = [w for row in pol.initial_plan() for w in row]
     for w in (3, 5, 9):
@@ -157,23 +229,36 @@ def test_recorded_decisions_respect_the_parent_constraint():
 
 
 def test_without_feature_ema_only_the_latest_features_count():
-    kw = {"use_feature_ema": False, "stickiness": 0.0, "interval": 1}
-    with_history = policy("aah-v3-full-adaptive", **kw)
-    run(with_history, range(3))
-    fresh = policy("aah-v3-full-adaptive", **kw)
-    assert with_history.update(3, qkv(3)) == fresh.update(3, qkv(3))
-    smoothed = policy("aah-v3-full-adaptive", interval=1, stickiness=0.0)
-    run(smoothed, range(3))
-    smoothed.update(3, qkv(3))
-    ema_on = smoothed.state_dict()["feature_ema"][0]["value"]
-    ema_off = with_history.state_dict()["feature_ema"][0]["value"]
-    assert not torch.equal(ema_on, ema_off)
+    from aah.controller.head_stats import head_features, qkv_head_stats
+
+    off = policy("aah-v3-full-adaptive", use_feature_ema=False, interval=1)
+    on = policy("aah-v3-full-adaptive", interval=1)
+    for pol in (off, on):
+        run(pol, range(3))
+    attn = off._pending[0]
+    off.update(3, qkv(3))
+    latest = head_features(qkv_head_stats(*qkv(3)[0]), attn)
+    assert torch.equal(off.state_dict()["layers"][0]["feature_ema"], latest)
+    on.update(3, qkv(3))
+    assert not torch.equal(on.state_dict()["layers"][0]["feature_ema"], latest)
 
 
-def test_ablation_switches_run():
-    for kw in ({"parent_constraint": False}, {"joint_scoring": False}):
-        plans = run(policy("aah-v3-full-adaptive", interval=1, **kw), range(3))
-        assert len(plans) == 3
+def test_ablation_switches_change_the_controller():
+    from aah.controller.adaptive import settings_for
+
+    base = settings_for(ControllerConfig(policy="aah-v3-full-adaptive"))
+    assert base.parent_constraint and base.joint_scoring and base.feature_ema == 0.9
+    for kw, field, value in (
+        ({"parent_constraint": False}, "parent_constraint", False),
+        ({"joint_scoring": False}, "joint_scoring", False),
+        ({"use_feature_ema": False}, "feature_ema", 0.0),
+        ({"window_ema": 0.3}, "window_ema", 0.3),
+    ):
+        cfg = ControllerConfig(policy="aah-v3-full-adaptive", **kw)
+        assert getattr(settings_for(cfg), field) == value
+        assert len(run(policy("aah-v3-full-adaptive", interval=1, **kw), range(3))) == 3
+    shallow = settings_for(ControllerConfig(policy="aah-v3-shallow-freeze", max_depth=4))
+    assert shallow.rule.max_depth == 1 and shallow.regime == "shallow-freeze"
 
 
 def test_fixed_and_full_plans():
@@ -219,6 +304,10 @@ def test_static_plan_file_round_trip(tmp_path):
         ("group_threshold", float("inf")),
         ("joint_scoring", 1),
         ("static_plan", None),
+        ("feature_rows", -1),
+        ("usage", "mean"),
+        ("grouping_seed", 1.5),
+        ("windowed_from_start", 1),
     ],
 )
 def test_bad_config_raises_naming_the_field(field, value):

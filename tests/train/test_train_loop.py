@@ -139,7 +139,7 @@ def test_static_policy_reads_a_plan_file(tmp_path, tiny_corpus):
     path.write_text(json.dumps({"windows": plan}))
     config = tiny_config(
         tiny_corpus,
-        **{"train.max_steps": "3", "controller.policy": "static"},
+        **{"train.max_steps": "3", "controller.policy": "static", "controller.warmup_steps": "0"},
         **{"controller.static_plan": str(path)},
     )
     assert train(config, tmp_path / "run", progress=False).plan == plan

@@ -1,18 +1,17 @@
-"""The AAH-v3 family: features -> EMA -> hierarchy -> frozen scorer -> top-down decisions.
+"""The AAH-v3 family as training-loop policies: one `LayerController` per layer.
 
-Regimes (METHOD.md section 4.5) and the controls built on them:
-  aah-v3-full-adaptive   rebuild every level at every update (stickiness vs the last level 0)
-  aah-v3-shallow-freeze  level 0 only, topology frozen at the first update
-  aah-v3-deep-reuse      level-0 map cached at the first update, upper levels rebuilt,
-                         group features recomputed from current features
-  aah-v3-grouping-off    one decision per head, no hierarchy, no joint scorer
-  fixed-random-grouping  a seeded random level-0 map fixed at construction (groups of
-                         min_group_size in a random head order, a short tail merged into the
-                         group before it), then as deep-reuse
-  shuffle                full-adaptive, then each layer's final windows permuted across heads
-                         with a seeded permutation (drawn once; every update if random_resample)
-Full attention until the first update; the window-index EMA starts from the full window's index.
-"decisions" in the record are the per-level indices before the window EMA and the shuffle.
+Policies and their regime (aahv3.py): aah-v3-full-adaptive, aah-v3-shallow-freeze,
+aah-v3-deep-reuse, aah-v3-grouping-off, fixed-random-grouping, and shuffle (full-adaptive,
+then each layer's final windows permuted across heads with a seeded permutation, drawn once;
+at every decision with `random_resample`).
+
+Timing. The method decides inside forward s, from that forward's Q/K/V and the attention of
+forward s - 1, and uses the windows at once. Here the loop hands `update(s, qkv)` the Q/K/V
+captured in forward s after the optimizer step, so the same decision is in force from step
+s + 1: the whole decision sequence runs one step late, on identical inputs. The attention
+statistics of forward s - 1 come from an extra capture at s - 1 (`wants_activations`).
+Between decisions the window-index EMA still steps once per forward; the policy asks for an
+update only at the steps where its rounding changes the plan.
 """
 
 from __future__ import annotations
@@ -21,40 +20,46 @@ import time
 
 import torch
 
+from aah.controller.aahv3 import LayerController, LayerInputs, Settings
 from aah.controller.base import QKV, Policy
 from aah.controller.config import ControllerConfig
-from aah.controller.decide import WindowIndexEMA, heads_from_level0, top_down
-from aah.controller.ema import FeatureEMA
-from aah.controller.hierarchy import (
-    Groups,
-    Hierarchy,
-    build_hierarchy,
-    level0_groups,
-    singleton_hierarchy,
-)
+from aah.controller.head_stats import attention_stats, sample_rows
+from aah.controller.hierarchy import GroupingRule
 from aah.controller.plan import Plan
-from aah.controller.scorer import Scorer, enriched_inputs
+from aah.controller.scorer import Scorer
 
 ADAPTIVE_POLICIES: dict[str, str] = {
-    "aah-v3-full-adaptive": "full",
-    "aah-v3-shallow-freeze": "shallow",
-    "aah-v3-deep-reuse": "reuse",
-    "aah-v3-grouping-off": "off",
-    "fixed-random-grouping": "random-groups",
-    "shuffle": "full",
+    "aah-v3-full-adaptive": "full-adaptive",
+    "aah-v3-shallow-freeze": "shallow-freeze",
+    "aah-v3-deep-reuse": "deep-reuse",
+    "aah-v3-grouping-off": "grouping-off",
+    "fixed-random-grouping": "fixed-random",
+    "shuffle": "full-adaptive",
 }
-# Keeps grouping / shuffle draws apart from the controller weights drawn with the same seed.
+# Keeps the shuffle draws apart from the controller weights drawn with the same seed.
 AUX_STREAM = 7919
 
 
-def random_groups(n_heads: int, size: int, gen: torch.Generator) -> Groups:
-    """A random partition of heads into groups of `size` (a short tail joins the previous group)."""
-    order = torch.randperm(n_heads, generator=gen).tolist()
-    groups = [order[i : i + size] for i in range(0, n_heads, size)]
-    if len(groups) > 1 and len(groups[-1]) < size:
-        tail = groups.pop()
-        groups[-1] += tail
-    return [sorted(g) for g in groups]
+def settings_for(cfg: ControllerConfig) -> Settings:
+    regime = ADAPTIVE_POLICIES[cfg.policy]
+    return Settings(
+        regime=regime,
+        rule=GroupingRule(
+            group_threshold=cfg.group_threshold,
+            upper_threshold=cfg.upper_threshold,
+            stickiness=cfg.stickiness,
+            min_group_size=cfg.min_group_size,
+            max_depth=1 if regime == "shallow-freeze" else cfg.max_depth,
+            norm_penalty=cfg.norm_penalty,
+        ),
+        warmup_steps=cfg.warmup_steps,
+        interval=cfg.interval,
+        feature_ema=cfg.feature_ema if cfg.use_feature_ema else 0.0,
+        window_ema=cfg.window_ema,
+        parent_constraint=cfg.parent_constraint,
+        joint_scoring=cfg.joint_scoring,
+        grouping_seed=cfg.seed if cfg.grouping_seed is None else cfg.grouping_seed,
+    )
 
 
 class AdaptivePolicy(Policy):
@@ -63,101 +68,98 @@ class AdaptivePolicy(Policy):
     def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
         super().__init__(cfg, **dims)
         self.name = cfg.policy
-        self.regime = ADAPTIVE_POLICIES[cfg.policy]
         gen = torch.Generator().manual_seed(cfg.seed)
-        self._scorers = [Scorer.random(len(self.windows), gen) for _ in range(self.n_layer)]
-        self._ema = [FeatureEMA(cfg.feature_ema, cfg.use_feature_ema) for _ in range(self.n_layer)]
-        self._window_ema = WindowIndexEMA(cfg.window_ema, len(self.windows))
-        # Per layer: last level-0 map (stickiness), cached map (reuse) or frozen levels (shallow).
-        self._level0: list[Groups | None] = [None] * self.n_layer
-        self._frozen: list[list[Groups] | None] = [None] * self.n_layer
+        settings = settings_for(cfg)
+        self._layers = [
+            LayerController(settings, Scorer.random(len(self.windows), gen), self.n_head)
+            for _ in range(self.n_layer)
+        ]
+        # Attention statistics of the forward before the next decision, per layer (Hq, 3).
+        self._pending: list[torch.Tensor] | None = None
         self._aux = torch.Generator().manual_seed(cfg.seed + AUX_STREAM)
-        if self.regime == "random-groups":
-            self._level0 = [
-                random_groups(self.n_head, cfg.min_group_size, self._aux)
-                for _ in range(self.n_layer)
-            ]
-        self._perms: list[list[int]] | None = None
-        if cfg.policy == "shuffle":
-            self._perms = self._draw_perms()
+        self._perms = self._draw_perms() if cfg.policy == "shuffle" else None
 
     def _draw_perms(self) -> list[list[int]]:
         return [
             torch.randperm(self.n_head, generator=self._aux).tolist() for _ in range(self.n_layer)
         ]
 
+    # -- scheduling ------------------------------------------------------------------------
+    def _decides(self, step: int) -> bool:
+        return self._layers[0].is_decision(step)
+
     def wants_update(self, step: int) -> bool:
-        return self._on_schedule(step)
+        if self.wants_activations(step):
+            return True
+        return any(
+            (w := ctl.windows_at(step)) is not None and w != ctl.in_force for ctl in self._layers
+        )
 
-    def _hierarchy(self, layer: int, feats: torch.Tensor) -> Hierarchy:
-        cfg = self.cfg
-        kw = {
-            "group_threshold": cfg.group_threshold,
-            "upper_threshold": cfg.upper_threshold,
-            "stickiness": cfg.stickiness,
-            "min_group_size": cfg.min_group_size,
-            "max_depth": cfg.max_depth,
-            "norm_penalty": cfg.norm_penalty,
-        }
-        if self.regime == "off":
-            return singleton_hierarchy(self.n_head)
-        if self.regime == "shallow":
-            if self._frozen[layer] is None:
-                self._frozen[layer] = build_hierarchy(feats, **{**kw, "max_depth": 1}).levels
-            return Hierarchy(levels=self._frozen[layer], n_heads=self.n_head)
-        if self.regime in ("reuse", "random-groups"):
-            if self._level0[layer] is None:
-                self._level0[layer] = level0_groups(
-                    feats,
-                    threshold=cfg.group_threshold,
-                    stickiness=cfg.stickiness,
-                    min_size=cfg.min_group_size,
-                )
-            return build_hierarchy(feats, level0=self._level0[layer], **kw)
-        hier = build_hierarchy(feats, previous=self._level0[layer], **kw)
-        self._level0[layer] = hier.levels[0]
-        return hier
+    def wants_activations(self, step: int) -> bool:
+        """Q/K/V at decisions, at the first warm-up forward, and the step before a decision."""
+        first = self._layers[0]
+        return first.needs_inputs(step) or first.is_decision(step + 1)
 
-    def update(self, step: int, qkv: QKV) -> Plan:
+    # -- the update ------------------------------------------------------------------------
+    def update(self, step: int, qkv: QKV | None) -> Plan | None:
         t0 = time.perf_counter()
-        feats = self._measure(qkv, base=True, mass=False)
-        proposals, groups, decisions = [], [], []
-        for layer, f in enumerate(feats):
-            smoothed = self._ema[layer].update(f.base)
-            hier = self._hierarchy(layer, smoothed)
-            inputs = enriched_inputs(hier, hier.node_features(smoothed))
-            joint = self.cfg.joint_scoring and self.regime != "off"
-            logits = self._scorers[layer].logits(hier, inputs, joint)
-            choice = top_down(hier, logits, self.cfg.parent_constraint)
-            proposals.append(heads_from_level0(hier.levels[0], choice[0], self.n_head))
-            groups.append(hier.heads())
-            decisions.append(choice)
-        idx = self._window_ema.step(proposals, start=self._index_in_force())
-        if self._perms is not None:
-            if self.cfg.random_resample:
-                self._perms = self._draw_perms()
-            idx = [[row[p] for p in perm] for row, perm in zip(idx, self._perms, strict=True)]
-        self._plan = [[self.windows[i] for i in row] for row in idx]
-        self._groups, self._decisions = groups, decisions
+        if qkv is not None and len(qkv) != self.n_layer:
+            raise ValueError(f"expected (q, k, v) for {self.n_layer} layers, got {len(qkv)}")
+        in_force = self._plan
+        decides = self._decides(step)
+        rows = []
+        for layer, ctl in enumerate(self._layers):
+            inputs = None
+            if qkv is not None and ctl.needs_inputs(step):
+                q, k, v = (t.detach() for t in qkv[layer])
+                attn = None if self._pending is None else self._pending[layer]
+                if attn is None and step > 0:  # no capture before (e.g. an old checkpoint)
+                    attn = self._attention((q, k, v), in_force[layer])
+                inputs = LayerInputs(q, k, v, attn)
+            rows.append(ctl.forward(step, inputs))
+        if qkv is not None and self._decides(step + 1):
+            # This forward's attention, under the plan it ran with, for the next decision.
+            self._pending = [self._attention(t, w) for t, w in zip(qkv, in_force, strict=True)]
+        elif decides:
+            self._pending = None
         self.last_update_seconds = time.perf_counter() - t0
+        if rows[0] is None:  # warm-up: full attention stays in force
+            return None
+        if self._perms is not None:
+            if decides and self.cfg.random_resample:
+                self._perms = self._draw_perms()
+            rows = [[row[p] for p in perm] for row, perm in zip(rows, self._perms, strict=True)]
+        plan = [[self.windows[i] for i in row] for row in rows]  # type: ignore[union-attr]
+        if decides:
+            last = [ctl.last for ctl in self._layers]
+            self._groups = [d.hierarchy.heads() for d in last if d is not None]
+            self._decisions = [d.choice for d in last if d is not None]
+        elif plan == self._plan:
+            return None
+        self._plan = plan
         return self.current_plan()
 
+    def _attention(self, qkv: tuple[torch.Tensor, ...], windows: list[int]) -> torch.Tensor:
+        q, k, v = (t.detach() for t in qkv)
+        rows = None
+        if self.cfg.feature_rows:
+            rows = sample_rows(q.shape[2], self.cfg.feature_rows, self._sample_seed)
+        return attention_stats(q, k, v, windows, rows=rows, usage=self.cfg.usage)
+
+    # -- state -----------------------------------------------------------------------------
     def _state(self) -> dict:
         return {
-            "scorers": [s.state_dict() for s in self._scorers],
-            "feature_ema": [e.state_dict() for e in self._ema],
-            "window_ema": self._window_ema.state_dict(),
-            "level0": self._level0,
-            "frozen": self._frozen,
+            "scorers": [ctl.scorer.state_dict() for ctl in self._layers],
+            "layers": [ctl.state_dict() for ctl in self._layers],
+            "pending": self._pending,
             "perms": self._perms,
             "aux_rng": self._aux.get_state(),
         }
 
     def _load(self, state: dict) -> None:
-        self._scorers = [Scorer.from_state(s) for s in state["scorers"]]
-        for ema, s in zip(self._ema, state["feature_ema"], strict=True):
-            ema.load_state_dict(s)
-        self._window_ema.load_state_dict(state["window_ema"])
-        self._level0, self._frozen = state["level0"], state["frozen"]
+        for ctl, s, layer in zip(self._layers, state["scorers"], state["layers"], strict=True):
+            ctl.scorer = Scorer.from_state(s)
+            ctl.load_state_dict(layer)
+        self._pending = state["pending"]
         self._perms = state["perms"]
         self._aux.set_state(state["aux_rng"])

@@ -14,7 +14,7 @@ import torch
 
 from aah.controller.config import ControllerConfig
 from aah.controller.decide import is_update_step
-from aah.controller.features import HeadFeatures, head_features
+from aah.controller.mass import mass_beyond
 from aah.controller.plan import Plan, full_plan
 
 QKV = Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
@@ -63,8 +63,13 @@ class Policy:
         """True when `update` should run after optimizer step `step`; never for static plans."""
         return False
 
-    def update(self, step: int, qkv: QKV) -> Plan:
-        """Return the new plan (also kept as current); static policies return theirs unchanged."""
+    def wants_activations(self, step: int) -> bool:
+        """True when that update reads step `step`'s Q/K/V (otherwise it gets None)."""
+        return self.wants_update(step)
+
+    def update(self, step: int, qkv: QKV | None) -> Plan | None:
+        """The plan in force from step + 1 (also kept as current), or None when this update
+        only took measurements and the plan stays as it is."""
         return self.current_plan()
 
     def current_plan(self) -> Plan:
@@ -115,8 +120,8 @@ class Policy:
     def _on_schedule(self, step: int) -> bool:
         return is_update_step(step, self.cfg.warmup_steps, self.cfg.interval)
 
-    def _measure(self, qkv: QKV, *, base: bool, mass: bool) -> list[HeadFeatures]:
-        """Per-layer features, each from the rows of the plan in force."""
+    def _mass_beyond(self, qkv: QKV) -> list[torch.Tensor]:
+        """Per layer (Hq, n_windows): measured attention mass beyond each candidate window."""
         if len(qkv) != self.n_layer:
             raise ValueError(f"expected (q, k, v) for {self.n_layer} layers, got {len(qkv)}")
         out = []
@@ -127,22 +132,13 @@ class Policy:
                     f"match n_head={self.n_head}, n_kv_head={self.n_kv_head}"
                 )
             out.append(
-                head_features(
+                mass_beyond(
                     q.detach(),
                     k.detach(),
                     v.detach(),
-                    self._plan[layer],
-                    self.windows if mass else None,
+                    self.windows,
                     sample_queries=self.cfg.sample_queries,
                     seed=self._sample_seed,
-                    base=base,
                 )
             )
         return out
-
-    def _index_in_force(self) -> int:
-        """Candidate index of the full window: the smallest candidate >= T, else the widest."""
-        for i, w in enumerate(self.windows):
-            if w >= self.seq_len:
-                return i
-        return len(self.windows) - 1

@@ -1,12 +1,16 @@
 """Budgeted allocation: per-head windows that keep the most attention mass under a coverage cap.
 
-From each head's measured (EMA'd) mass beyond window m[h, w] (features.py), choose one
+From each head's measured (EMA'd) mass beyond window m[h, w] (mass.py), choose one
 candidate per head over ALL layers minimising sum_h m[h, w_h] subject to the plan's causal
 coverage (aah.attention.coverage(plan, T).causal) <= budget. Greedy: start every head at the
 smallest window; repeatedly take the upgrade (head, wider window) with the largest mass
 saved per extra (query, key) pair that still fits; stop when none fits or saves mass. If
 even all-smallest is over budget it is used anyway and the record says so.
 No window-index EMA here: smoothing indices could break the budget.
+
+budget-shuffled, the matched-coverage control: the same allocation, then each layer's windows
+permuted across its heads with a seeded draw at every update, so every layer's coverage is
+identical to budget's and only which head gets which window differs.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from aah.attention import coverage
 from aah.attention.cost import causal_pairs, window_pairs
@@ -92,10 +97,12 @@ class BudgetPolicy(Policy):
     def wants_update(self, step: int) -> bool:
         return self._on_schedule(step)
 
-    def update(self, step: int, qkv: QKV) -> Plan:
+    def update(self, step: int, qkv: QKV | None) -> Plan:
+        if qkv is None:
+            raise ValueError("the budget policy needs the step's Q/K/V")
         t0 = time.perf_counter()
-        feats = self._measure(qkv, base=False, mass=True)
-        mass = [ema.update(f.mass_beyond) for ema, f in zip(self._ema, feats, strict=True)]
+        measured = self._mass_beyond(qkv)
+        mass = [ema.update(m) for ema, m in zip(self._ema, measured, strict=True)]
         alloc = allocate_budget(
             np.concatenate([m.double().numpy() for m in mass]),
             self.windows,
@@ -122,3 +129,31 @@ class BudgetPolicy(Policy):
     def _load(self, state: dict) -> None:
         for ema, s in zip(self._ema, state["mass_ema"], strict=True):
             ema.load_state_dict(s)
+
+
+# Keeps the shuffle draws apart from other seeded draws of the same seed.
+SHUFFLE_STREAM = 104_729
+
+
+class ShuffledBudgetPolicy(BudgetPolicy):
+    """budget-shuffled: see the module docstring."""
+
+    name = "budget-shuffled"
+
+    def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
+        super().__init__(cfg, **dims)
+        self._gen = torch.Generator().manual_seed(cfg.seed + SHUFFLE_STREAM)
+
+    def update(self, step: int, qkv: QKV | None) -> Plan:
+        plan = super().update(step, qkv)
+        self._plan = [
+            [row[i] for i in torch.randperm(len(row), generator=self._gen).tolist()] for row in plan
+        ]
+        return self.current_plan()
+
+    def _state(self) -> dict:
+        return {**super()._state(), "shuffle_rng": self._gen.get_state()}
+
+    def _load(self, state: dict) -> None:
+        super()._load(state)
+        self._gen.set_state(state["shuffle_rng"])

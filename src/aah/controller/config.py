@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from aah.controller.head_stats import USAGES
+
 POLICIES: tuple[str, ...] = (
     "full",
     "fixed",
@@ -17,15 +19,22 @@ POLICIES: tuple[str, ...] = (
     "aah-v3-deep-reuse",
     "aah-v3-grouping-off",
     "budget",
+    "budget-shuffled",
 )
 
 
 @dataclass
 class ControllerConfig:
-    """How per-head windows are chosen (METHOD.md sections 4, 5 and 7; defaults are the paper's).
+    """How per-head windows are chosen (docs/method.md; defaults are the paper's main rows).
 
     `windows=None` resolves to [T//8, T//4, T//2, T] for sequence length T; `fixed_window=None`
     to T//4. `static_plan` names a plan JSON ({"windows": [[...]]} or a bare [[...]]).
+    `warmup_steps` of full attention apply to every windowed policy (fixed, random and static
+    too, so controls match); `windowed_from_start` puts those three in force from step 0.
+    `grouping_seed` (None: `seed`) draws fixed-random-grouping's halves. `feature_rows` = 0
+    computes the attention features over every row (exact); N > 0 estimates them from N
+    sampled rows. `usage`: "last-key" (the method's) or "look-back" (share of reachable
+    context used). `sample_queries` is the row sample of the budget policies' mass feature.
     """
 
     policy: str = "full"
@@ -49,6 +58,10 @@ class ControllerConfig:
     parent_constraint: bool = True
     joint_scoring: bool = True
     use_feature_ema: bool = True
+    grouping_seed: int | None = None
+    feature_rows: int = 0
+    usage: str = "last-key"
+    windowed_from_start: bool = False
 
     def validate(self, seq_len: int | None = None) -> None:
         """Raise ValueError naming the first bad field and its value."""
@@ -73,6 +86,14 @@ class ControllerConfig:
         _check_int("min_group_size", self.min_group_size, 1)
         _check_int("max_depth", self.max_depth, 1)
         _check_int("sample_queries", self.sample_queries, 1)
+        _check_int("feature_rows", self.feature_rows, 0)
+        if self.grouping_seed is not None:
+            _check_int("grouping_seed", self.grouping_seed, None)
+        if self.usage not in USAGES:
+            raise ValueError(
+                f"controller.usage: unknown definition {self.usage!r}; choose one of "
+                + ", ".join(USAGES)
+            )
         if self.fixed_window is not None:
             _check_int("fixed_window", self.fixed_window, 1)
         for name in ("feature_ema", "window_ema"):
@@ -89,7 +110,13 @@ class ControllerConfig:
             value = getattr(self, name)
             if not _is_real(value) or value < 0:
                 raise ValueError(f"controller.{name} must be a finite number >= 0, got {value!r}")
-        for name in ("random_resample", "parent_constraint", "joint_scoring", "use_feature_ema"):
+        for name in (
+            "random_resample",
+            "parent_constraint",
+            "joint_scoring",
+            "use_feature_ema",
+            "windowed_from_start",
+        ):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"controller.{name} must be true or false, got {value!r}")

@@ -1,8 +1,7 @@
-"""Turning logits into per-head window indices (METHOD.md section 4, steps 8-9)."""
+"""Turning logits into per-head window indices: top-down decisions and the window-index EMA."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -24,9 +23,9 @@ def top_down(
     out: list[list[int]] = [[] for _ in range(n_levels)]
     for l in range(n_levels - 1, -1, -1):
         choice = [int(i) for i in logits[l].argmax(dim=-1).tolist()]
-        if parent_constraint and l < n_levels - 1:
-            parent = hier.parents(l)
-            choice = [min(c, out[l + 1][parent[g]]) for g, c in enumerate(choice)]
+        parents = hier.parents(l)
+        if parent_constraint and parents is not None:
+            choice = [min(c, out[l + 1][parents[g]]) for g, c in enumerate(choice)]
         out[l] = choice
     return out
 
@@ -46,30 +45,43 @@ def heads_from_level0(level0: list[list[int]], choice: list[int], n_heads: int) 
 
 @dataclass
 class WindowIndexEMA:
-    """Float state per head: ema = decay * ema + (1 - decay) * proposal; index = round(ema).
+    """Per-head float32 state, stepped once per forward: ema = decay ema + (1 - decay) proposal.
 
-    Rounding is half-up. The state starts at `start` (the index in force before the first
-    update, e.g. the widest for a full-attention warm-up).
+    The first step after warm-up sets the state to the proposal; the window index in force is
+    round(ema) (half to even), clamped to the candidates. `decay = 0` disables it (index =
+    proposal). Note: with 4 candidates and decay 0.15 the rounding always lands on the
+    proposal (|0.15 (ema - proposal)| <= 0.45); it acts with more candidates or a larger decay.
     """
 
     decay: float
     n_windows: int
     state: torch.Tensor | None = None
 
-    def step(self, proposal: list[list[int]], start: float) -> list[list[int]]:
-        prop = torch.tensor(proposal, dtype=torch.float64)
+    def step(self, proposal: list[int]) -> list[int]:
+        if self.decay <= 0.0:
+            return list(proposal)
+        self.state = self._next(proposal)
+        return self._round(self.state)
+
+    def peek(self, proposal: list[int]) -> list[int]:
+        """The index `step(proposal)` would give, without changing the state."""
+        if self.decay <= 0.0:
+            return list(proposal)
+        return self._round(self._next(proposal))
+
+    def _next(self, proposal: list[int]) -> torch.Tensor:
+        prop = torch.tensor(proposal, dtype=torch.float32)
         if self.state is None or self.state.shape != prop.shape:
-            self.state = torch.full_like(prop, float(start))
-        self.state = self.decay * self.state + (1.0 - self.decay) * prop
-        rounded = [
-            [min(self.n_windows - 1, max(0, math.floor(x + 0.5))) for x in row]
-            for row in self.state.tolist()
-        ]
-        return rounded
+            return prop
+        decay = min(1.0, self.decay)
+        return decay * self.state + (1.0 - decay) * prop
+
+    def _round(self, state: torch.Tensor) -> list[int]:
+        return [int(i) for i in state.round().clamp(0, self.n_windows - 1).long().tolist()]
 
     def state_dict(self) -> dict:
         return {"state": None if self.state is None else self.state.clone()}
 
     def load_state_dict(self, state: dict) -> None:
         s = state["state"]
-        self.state = None if s is None else s.detach().clone().double()
+        self.state = None if s is None else s.detach().clone().float()

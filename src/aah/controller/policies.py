@@ -1,8 +1,8 @@
 """All window policies by name (`POLICIES`) and the factory `make_policy`.
 
-full / fixed / static: one plan for the whole run. random: seeded uniform draws from the
-candidate windows. The adaptive (AAH) family lives in adaptive.py, the budgeted allocation
-in budget.py.
+full / fixed / static: one plan for the whole run (after the warm-up). random: seeded uniform
+draws from the candidate windows. The adaptive (AAH) family lives in adaptive.py, the
+budgeted allocation and its matched-coverage control (budget-shuffled) in budget.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 from aah.controller.adaptive import ADAPTIVE_POLICIES, AdaptivePolicy
 from aah.controller.base import QKV, Policy
-from aah.controller.budget import BudgetPolicy
+from aah.controller.budget import BudgetPolicy, ShuffledBudgetPolicy
 from aah.controller.config import ControllerConfig
 from aah.controller.plan import Plan, check_plan, load_plan
 
@@ -20,46 +20,69 @@ RANDOM_STREAM = 1_000_003
 
 
 class StaticPolicy(Policy):
-    """A fixed plan: `full` (every head T), `fixed` (every head one window), `static` (a file)."""
+    """A fixed plan: `full` (every head T), `fixed` (every head one window), `static` (a file).
 
-    def __init__(self, name: str, cfg: ControllerConfig, plan: Plan, **dims: int) -> None:
-        super().__init__(cfg, plan=plan, **dims)
-        self.name = name
-
-
-class RandomPolicy(Policy):
-    """Each head's window drawn uniformly from the candidates with a seeded generator.
-
-    Drawn once at construction (the plan in force from step 0); with `random_resample`,
-    drawn again at every scheduled update (the q/k/v passed to `update` are not used).
+    Like every windowed policy, the plan takes over after `warmup_steps` of full attention
+    (in force from step warmup + 1, as the controllers' first decision), unless
+    `windowed_from_start` (or no warm-up) puts it in force from step 0.
     """
 
-    name = "random"
+    def __init__(self, name: str, cfg: ControllerConfig, plan: Plan, **dims: int) -> None:
+        self._target = [list(row) for row in plan]
+        from_start = cfg.windowed_from_start or cfg.warmup_steps == 0
+        super().__init__(cfg, plan=plan if from_start else None, **dims)
+        self.name = name
+
+    def wants_update(self, step: int) -> bool:
+        return step == self.cfg.warmup_steps and self._plan != self._target
+
+    def wants_activations(self, step: int) -> bool:
+        return False
+
+    def update(self, step: int, qkv: QKV | None) -> Plan | None:
+        self._plan = [list(row) for row in self._target]
+        return self.current_plan()
+
+    def _state(self) -> dict:
+        return {"target": self._target}
+
+    def _load(self, state: dict) -> None:
+        self._target = state["target"]
+
+
+class RandomPolicy(StaticPolicy):
+    """Each head's window drawn uniformly from the candidates with a seeded generator.
+
+    Drawn once at construction and in force after the warm-up (see StaticPolicy); with
+    `random_resample`, drawn again at every scheduled update.
+    """
 
     def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
         self._gen = torch.Generator().manual_seed(cfg.seed + RANDOM_STREAM)
-        super().__init__(cfg, **dims)
-        self._initial = self._draw()
-        self._plan = [list(row) for row in self._initial]
+        windows = cfg.resolved_windows(dims["seq_len"])
+        idx = torch.randint(len(windows), (dims["n_layer"], dims["n_head"]), generator=self._gen)
+        super().__init__("random", cfg, [[windows[i] for i in row] for row in idx.tolist()], **dims)
 
     def _draw(self) -> Plan:
         idx = torch.randint(len(self.windows), (self.n_layer, self.n_head), generator=self._gen)
         return [[self.windows[i] for i in row] for row in idx.tolist()]
 
     def wants_update(self, step: int) -> bool:
-        return self.cfg.random_resample and self._on_schedule(step)
-
-    def update(self, step: int, qkv: QKV) -> Plan:
         if self.cfg.random_resample:
-            self._plan = self._draw()
-        return self.current_plan()
+            return self._on_schedule(step)
+        return super().wants_update(step)
+
+    def update(self, step: int, qkv: QKV | None) -> Plan | None:
+        if self.cfg.random_resample and step > self.cfg.warmup_steps:
+            self._target = self._draw()
+        return super().update(step, qkv)
 
     def _state(self) -> dict:
-        return {"rng": self._gen.get_state(), "initial": self._initial}
+        return {**super()._state(), "rng": self._gen.get_state()}
 
     def _load(self, state: dict) -> None:
+        super()._load(state)
         self._gen.set_state(state["rng"])
-        self._initial = state["initial"]
 
 
 def make_policy(
@@ -88,6 +111,8 @@ def make_policy(
         return RandomPolicy(cfg, **dims)
     if cfg.policy == "budget":
         return BudgetPolicy(cfg, **dims)
+    if cfg.policy == "budget-shuffled":
+        return ShuffledBudgetPolicy(cfg, **dims)
     if cfg.policy in ADAPTIVE_POLICIES:
         return AdaptivePolicy(cfg, **dims)
     raise ValueError(f"controller.policy: unknown policy {cfg.policy!r}")

@@ -1,11 +1,18 @@
 """Scoring groups: enriched controller input, controller MLP and the wide joint sibling scorer.
 
 Enriched input (ENRICHED_DIM = 29 for 9 base features), per group g at level l of L levels:
-  [ f_g (9) | l / max(L - 1, 1) (1) | f_g - f_parent(g) (9) | f_g - mean_l f (9) | n_g / H (1) ]
-f_g is the group's feature (hierarchy.node_features), the top level's parent is the group
-itself (difference 0), mean_l is over the groups of level l, n_g counts the heads under g.
+  [ f_g (9) | l / max(L - 1, 1) (1) | f_g - f_parent(g) (9) | f_g - mean_l f (9) | c_g / C_l (1) ]
+f_g is the group's feature row (Hierarchy.feats), the top level's parent difference is 0,
+mean_l is over the groups of level l, c_g counts g's members (heads at level 0, child groups
+above) and C_l all members of level l (the items of the level below).
+
+Joint scoring: at every level, the children of each parent (parents in index order, children
+in ascending index order; the top level's groups form one family) are paired (1st, 2nd),
+(3rd, 4th), ...; the joint MLP maps [f_a, f_b, f_a - f_b, f_b - f_a] of the enriched inputs
+to 2 x W logits that replace both groups' own; an odd one out keeps its own.
 
 Faithful mode: both MLPs are frozen, drawn once from a seeded generator, used with hard argmax.
+All arithmetic is float32, as in the method's reference.
 """
 
 from __future__ import annotations
@@ -14,8 +21,9 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
-from aah.controller.features import N_BASE
+from aah.controller.head_stats import N_BASE
 from aah.controller.hierarchy import Hierarchy
 
 ENRICHED_DIM = 3 * N_BASE + 2
@@ -23,23 +31,23 @@ HIDDEN = 16
 JOINT_HIDDEN = 64
 
 
-def enriched_inputs(hier: Hierarchy, node_feats: list[torch.Tensor]) -> list[torch.Tensor]:
+def enriched_inputs(hier: Hierarchy) -> list[torch.Tensor]:
     """Per level (n_groups, 29) float32 inputs, laid out as in the module docstring."""
-    n_levels = len(node_feats)
-    sizes = [[len(g) for g in level] for level in hier.heads()]
+    n_levels = len(hier.levels)
     out = []
-    for l, feats in enumerate(node_feats):
-        feats = feats.double()
-        parent_idx = torch.tensor(hier.parents(l))
-        parent = node_feats[l + 1].double()[parent_idx] if l + 1 < n_levels else feats
-        level_pos = torch.full((feats.shape[0], 1), l / max(n_levels - 1, 1), dtype=torch.float64)
-        size = torch.tensor(sizes[l], dtype=torch.float64).unsqueeze(1) / hier.n_heads
-        out.append(
-            torch.cat(
-                [feats, level_pos, feats - parent, feats - feats.mean(dim=0, keepdim=True), size],
-                dim=1,
-            ).float()
-        )
+    for l, groups in enumerate(hier.levels):
+        base = hier.feats[l].float()
+        n = base.shape[0]
+        level_pos = torch.full((n, 1), float(l) / max(1.0, float(n_levels - 1)))
+        parents = hier.parents(l)
+        if parents is None:
+            parent_diff = torch.zeros_like(base)
+        else:
+            parent_diff = base - hier.feats[l + 1].float()[torch.tensor(parents)]
+        offset = base - base.mean(dim=0, keepdim=True)
+        total = max(1.0, float(sum(len(g) for g in groups)))
+        size = torch.tensor([len(g) / total for g in groups], dtype=base.dtype).unsqueeze(1)
+        out.append(torch.cat([base, level_pos, parent_diff, offset, size], dim=-1))
     return out
 
 
@@ -66,8 +74,7 @@ class FrozenMLP:
         )
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.nn.functional.gelu(x.float() @ self.w1.T + self.b1)
-        return h @ self.w2.T + self.b2
+        return F.linear(F.gelu(F.linear(x.float(), self.w1, self.b1)), self.w2, self.b2)
 
     def state_dict(self) -> dict:
         return {k: getattr(self, k).clone() for k in ("w1", "b1", "w2", "b2")}
@@ -94,22 +101,16 @@ class Scorer:
     def logits(
         self, hier: Hierarchy, inputs: list[torch.Tensor], joint: bool
     ) -> list[torch.Tensor]:
-        """Per level (n_groups, W) logits; with `joint`, sibling pairs get the joint scorer's.
-
-        Siblings are the children of one parent in the order the parent lists them (the top
-        level's groups are siblings under an implicit root); pairs are (1st, 2nd), (3rd, 4th)...
-        and an odd one out keeps its own logits.
-        """
+        """Per level (n_groups, W) logits; with `joint`, sibling pairs get the joint scorer's."""
         out = []
         for l, x in enumerate(inputs):
             logits = self.group(x)
             if joint:
-                for children in _sibling_lists(hier, l):
-                    for a, b in zip(children[0::2], children[1::2], strict=False):
-                        fa, fb = x[a], x[b]
-                        pair = self.joint(torch.cat([fa, fb, fa - fb, fb - fa]).unsqueeze(0))[0]
-                        logits[a] = pair[: self.n_windows]
-                        logits[b] = pair[self.n_windows :]
+                for a, b in sibling_pairs(hier, l):
+                    fa, fb = x[a], x[b]
+                    pair = self.joint(torch.cat([fa, fb, fa - fb, fb - fa], dim=-1).unsqueeze(0))
+                    pair = pair.view(2, self.n_windows)
+                    logits[a], logits[b] = pair[0], pair[1]
             out.append(logits)
         return out
 
@@ -129,7 +130,12 @@ class Scorer:
         )
 
 
-def _sibling_lists(hier: Hierarchy, level: int) -> list[list[int]]:
-    if level == len(hier.levels) - 1:
-        return [list(range(len(hier.levels[level])))]
-    return [list(children) for children in hier.levels[level + 1]]
+def sibling_pairs(hier: Hierarchy, level: int) -> list[tuple[int, int]]:
+    """Joint-scored pairs of `level` (see the module docstring)."""
+    parents = hier.parents(level)
+    n = len(hier.levels[level])
+    if parents is None:
+        families = [list(range(n))]
+    else:
+        families = [[g for g in range(n) if parents[g] == p] for p in sorted(set(parents))]
+    return [(f[i], f[i + 1]) for f in families for i in range(0, len(f) - 1, 2)]

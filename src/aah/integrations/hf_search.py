@@ -2,7 +2,7 @@
 
 1. Run calibration batches through the model with "aah" attention at full causal windows and a
    probe in every layer (`hf.probing`): the probe gets each layer's post-RoPE q, k, v and the
-   layer's score scale, and measures with `head_features(..., base=False)` the share of each
+   layer's score scale, and measures with `mass_beyond` the share of each
    query head's attention that falls beyond each candidate window (exact rows of sampled
    queries, no T x T matrix). Shares are averaged over batches: mass (n_layer, Hq, n_windows).
 2. `allocate_budget` picks one candidate per head over ALL layers' heads, minimising the mass
@@ -22,7 +22,7 @@ import torch
 
 from aah.attention import coverage
 from aah.controller.budget import allocate_budget
-from aah.controller.features import head_features
+from aah.controller.mass import mass_beyond
 from aah.integrations.hf import layout, probing
 from aah.integrations.hf_data import TextLike, token_batches
 from aah.integrations.hf_plan import SearchedPlan
@@ -64,20 +64,17 @@ def measure_mass(
     def probe(
         module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
     ) -> None:
-        seq_len = q.shape[2]
-        feats = head_features(
+        mass = mass_beyond(
             q.detach(),
             k.detach(),
             v.detach(),
-            [seq_len] * q.shape[1],
             cands,
             sample_queries=sample_queries,
             seed=seed + batch_no[0],  # a fresh sample of query positions per batch
             scale=scale,
-            base=False,
         )
         layer = index[id(module)]
-        total[layer] += feats.mass_beyond.double()  # type: ignore[union-attr]
+        total[layer] += mass.double()
         calls[layer] += 1
 
     was_training = model.training

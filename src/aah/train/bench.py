@@ -36,7 +36,11 @@ POLICIES = (
 def policy_plans(
     model: GPT, x: torch.Tensor, policies: tuple[str, ...], budget: float
 ) -> dict[str, tuple[list[list[int]], float]]:
-    """Each policy's first decision on the model's own Q/K/V: (plan, update seconds)."""
+    """Each policy's first decision on the model's own Q/K/V: (plan, controller seconds).
+
+    The seconds are one interval's control work: the decision, plus the measurement pass a
+    policy runs on the step before its next decision (the AAH-v3 attention features).
+    """
     cfg = model.config
     with torch.no_grad():
         _, qkv = model(x, capture_qkv=True)
@@ -49,6 +53,10 @@ def policy_plans(
         )  # fmt: skip
         start = time.perf_counter()
         plan = policy.update(0, qkv)
+        before_next = policy.cfg.interval - 1
+        if before_next > 0 and policy.wants_activations(before_next):
+            policy.update(before_next, qkv)
+        assert plan is not None
         out[name] = (plan, time.perf_counter() - start)
     return out
 

@@ -3,9 +3,10 @@ periodic eval, JSONL metrics, atomic checkpoints, exact resume, graceful stop, a
 
 Step numbering: `step` counts completed optimizer steps. A metrics line for step n is
 written after the n-th optimizer step. The controller is asked `wants_update(s)` before the
-step that starts with s steps done; if yes, that step's first forward captures Q/K/V and
-`policy.update(s, qkv)` runs after the optimizer step, so the new plan is in force from
-step s + 1. Only rank 0 runs the controller; the plan is broadcast.
+step that starts with s steps done; if yes, `policy.update(s, qkv)` runs after the optimizer
+step, with the Q/K/V of that step's first forward when `wants_activations(s)` (else None),
+and a plan it returns is in force from step s + 1 (None keeps the plan). Only rank 0 runs
+the controller; the plan is broadcast.
 """
 
 from __future__ import annotations
@@ -151,6 +152,8 @@ def _train(
             s = counters.step
             want = bool(policy.wants_update(s)) if info.is_main else False
             stop_now, want = _sync_flags(info, device, stop.requested, want)
+            # Only rank 0 runs the controller, so only it keeps the step's Q/K/V.
+            observe = want and info.is_main and policy.wants_activations(s)
             if stop_now:
                 interrupted = True
                 break
@@ -161,7 +164,7 @@ def _train(
             step_loss, captured = 0.0, None
             for micro in range(cfg.grad_accum):
                 x, y = (t.to(device, non_blocking=True) for t in loader.next_batch())
-                capture = want and micro == 0
+                capture = observe and micro == 0
                 sync = not info.enabled or micro == cfg.grad_accum - 1
                 ctx = contextlib.nullcontext() if sync else net.no_sync()
                 with ctx:
@@ -264,11 +267,11 @@ def _control(
         captured = [tuple(t.float() for t in qkv) for qkv in captured]
     plan = policy.update(s, captured) if info.is_main else None
     plan = dist_util.broadcast_object(info, plan)
-    model.set_window_plan(plan)
-    seconds = time.perf_counter() - start
-    if info.is_main:
-        records.append_jsonl(run_dir / records.PLANS, policy.record(s))
-    return seconds
+    if plan is not None:  # None: the policy only took measurements
+        model.set_window_plan(plan)
+        if info.is_main:
+            records.append_jsonl(run_dir / records.PLANS, policy.record(s))
+    return time.perf_counter() - start
 
 
 def _checkpoint(

@@ -1,0 +1,170 @@
+"""AAH-v3 head features as the method defines them, computed without any T x T matrix.
+
+Shapes: q (B, Hq, T, D); k, v (B, Hkv, T, D) with Hq % Hkv == 0; query head h reads KV head
+h // (Hq // Hkv). Feature row (`BASE_FEATURES` order), 9 per head or group:
+
+  0-5  mean |x| and std (with Bessel's correction) of q, k and v over (batch, time, head_dim)
+       and, for a group, over its heads too (pooled, not averaged);
+  6    entropy of each attention row over log T (every row, whatever its window), averaged
+       over batch and rows; rows use the head's window in force;
+  7    L2 norm of the head's attention output, averaged over batch and rows;
+  8    usage: the attention weight on the last key, averaged over batch and ALL rows (only the
+       last row sees that key, so this is p(last row -> itself) / T).
+
+Features 6-8 describe the previous forward's attention; a group's are the mean of its heads'.
+`attention_stats` gets them exactly, block by block of query rows against each row's window
+(cost ~ T (w + block) per head), or from `rows` sampled rows as a cheaper estimate.
+Option `usage="look-back"`: the share of the reachable context a row uses,
+sum_j p_ij (i - j) / max(n_i - 1, 1), averaged over rows (n_i = keys row i may see).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from aah.controller.clustering import Groups
+
+BASE_FEATURES: tuple[str, ...] = (
+    "q_abs",
+    "q_std",
+    "k_abs",
+    "k_std",
+    "v_abs",
+    "v_std",
+    "entropy",
+    "out_norm",
+    "usage",
+)
+N_BASE = len(BASE_FEATURES)
+USAGES = ("last-key", "look-back")
+#: Query rows per block of the exact pass.
+ROW_BLOCK = 256
+#: Inside the log of the entropy, as the method writes it: -sum p log(p + 1e-9).
+ENTROPY_EPS = 1e-9
+
+
+def _kv_index(n_q: int, n_kv: int, heads: Sequence[int]) -> list[int]:
+    group = n_q // n_kv
+    return [h // group for h in heads]
+
+
+def _mean_abs_std(x: torch.Tensor, dims: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    x = x.float()
+    return x.abs().mean(dim=dims), x.std(dim=dims)
+
+
+def qkv_head_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """(Hq, 6): mean |x| and std of q, k, v per head (k/v: the head's KV head)."""
+    group = q.shape[1] // k.shape[1]
+    cols = list(_mean_abs_std(q, (0, 2, 3)))
+    for x in (k, v):
+        cols += [c.repeat_interleave(group) for c in _mean_abs_std(x, (0, 2, 3))]
+    return torch.stack(cols, dim=-1)
+
+
+def qkv_group_stats(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: Groups
+) -> torch.Tensor:
+    """(G, 6): the same statistics pooled over each group's heads."""
+    rows = []
+    for heads in groups:
+        kv = _kv_index(q.shape[1], k.shape[1], heads)
+        cols = []
+        for x, idx in ((q, heads), (k, kv), (v, kv)):
+            cols += list(_mean_abs_std(x[:, idx], (0, 1, 2, 3)))
+        rows.append(torch.stack(cols))
+    return torch.stack(rows)
+
+
+def head_features(qkv: torch.Tensor, attn: torch.Tensor | None) -> torch.Tensor:
+    """(H, 9) from (H, 6) Q/K/V statistics and (H, 3) attention statistics (None: zeros)."""
+    if attn is None:
+        attn = torch.zeros(qkv.shape[0], 3)
+    return torch.cat([qkv.float(), attn.float()], dim=-1)
+
+
+def group_features(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: Groups, attn: torch.Tensor | None
+) -> torch.Tensor:
+    """(G, 9): pooled Q/K/V statistics and the mean attention statistics of each group's heads."""
+    if attn is None:
+        attn = torch.zeros(q.shape[1], 3)
+    attn = attn.float()
+    mean_attn = torch.stack([attn[torch.tensor(g)].mean(dim=0) for g in groups])
+    return torch.cat([qkv_group_stats(q, k, v, groups), mean_attn], dim=-1)
+
+
+def sample_rows(seq_len: int, n_rows: int, seed: int) -> torch.Tensor:
+    """(S,) sorted distinct query positions, S = min(T, n_rows), fixed by `seed`."""
+    gen = torch.Generator().manual_seed(int(seed))
+    return torch.randperm(seq_len, generator=gen)[: min(seq_len, n_rows)].sort().values
+
+
+def attention_stats(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    windows: Sequence[int],
+    *,
+    rows: torch.Tensor | None = None,
+    usage: str = "last-key",
+    scale: float | None = None,
+) -> torch.Tensor:
+    """(Hq, 3) float32: entropy / log T, output norm, usage (module docstring).
+
+    `windows` is the window in force per query head (w >= T: full causal). `rows`, sorted
+    distinct positions, turns the exact pass over every row into an estimate from those rows.
+    """
+    if usage not in USAGES:
+        raise ValueError(f"usage must be one of {USAGES}, got {usage!r}")
+    batch, n_q, seq_len, dim = q.shape
+    if len(windows) != n_q:
+        raise ValueError(f"expected one window per query head ({n_q}), got {len(windows)}")
+    scale = dim**-0.5 if scale is None else scale
+    pos = torch.arange(seq_len) if rows is None else rows.cpu()
+    out = torch.zeros(n_q, 3, dtype=torch.float64)
+    buckets: dict[int, list[int]] = {}
+    for h, w in enumerate(windows):
+        buckets.setdefault(min(int(w), seq_len), []).append(h)
+    with torch.no_grad():
+        for w, heads in buckets.items():
+            kv = _kv_index(n_q, k.shape[1], heads)
+            qh, kh, vh = q[:, heads].float(), k[:, kv].float(), v[:, kv].float()
+            sums = torch.zeros(len(heads), 3, dtype=torch.float64)
+            for chunk in torch.split(pos, ROW_BLOCK):
+                sums += _row_sums(qh, kh, vh, chunk.to(q.device), w, scale, usage)
+            out[heads] = sums / (batch * pos.numel())
+            if usage == "last-key":
+                out[heads, 2] = _last_key(qh, kh, w, scale).double() / (batch * seq_len)
+    out[:, 0] /= max(1.0, math.log(seq_len))
+    return out.float()
+
+
+def _row_sums(qh, kh, vh, pos: torch.Tensor, w: int, scale: float, usage: str) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """(heads, 3) float64 sums over batch and the rows `pos` of entropy, norm, look-back."""
+    lo, hi = max(0, int(pos[0]) - w + 1), int(pos[-1]) + 1
+    keys = torch.arange(lo, hi, device=pos.device)
+    back = pos.unsqueeze(1) - keys  # (S, L): how far key j lies behind row i
+    allowed = (back >= 0) & (back < w)
+    scores = torch.matmul(qh[:, :, pos], kh[:, :, lo:hi].transpose(-1, -2)) * scale
+    p = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+    entropy = -(p * (p + ENTROPY_EPS).log()).sum(dim=-1)
+    norm = torch.matmul(p, vh[:, :, lo:hi]).norm(dim=-1)
+    sums = [entropy.double().sum(dim=(0, 2)), norm.double().sum(dim=(0, 2))]
+    if usage == "look-back":
+        reach = (torch.clamp(pos + 1, max=w) - 1).clamp_min(1).to(p.dtype)
+        share = (p * back.to(p.dtype)).sum(dim=-1)
+        sums.append((share / reach).double().sum(dim=(0, 2)))
+    else:
+        sums.append(torch.zeros_like(sums[0]))
+    return torch.stack(sums, dim=-1)
+
+
+def _last_key(qh, kh, w: int, scale: float) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """(heads,): sum over batch of the last row's attention weight on itself."""
+    t = kh.shape[2]
+    scores = torch.matmul(qh[:, :, t - 1 :], kh[:, :, t - w :].transpose(-1, -2)) * scale
+    return torch.softmax(scores, dim=-1)[..., -1].sum(dim=(0, 2))
