@@ -110,6 +110,6 @@ def test_every_level_partitions_the_level_below(n, seed, threshold, upper, min_s
     if n >= 2:
         assert len(hier.levels[0]) >= 2  # a collapse is always split
     for below, level in zip(hier.levels, hier.levels[1:], strict=False):
-        assert check_partition(level, len(below)) and 1 < len(level)
+        assert check_partition(level, len(below)) and len(level) > 1
     for level, feats_l in zip(hier.levels, hier.feats, strict=True):
         assert feats_l.shape == (len(level), 9)
