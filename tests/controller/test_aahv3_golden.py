@@ -138,7 +138,11 @@ def test_attention_features_match_the_reference_dense_values(index: int) -> None
             windows = [spec.windows[i] for i in prev["windows_idx"]]
             q, k, v = case_qkv(spec, layer, prev["step"])
             got = attention_stats(q, k, v, windows)
-            assert close(got, [list(col) for col in zip(*rec["stats_in"], strict=True)])
+            expected = torch.tensor(rec["stats_in"]).T
+            # float32 entropy as lse - E[score] loses ~1e-8 x the largest |score| (the
+            # fixtures include degenerate scales with scores in the thousands)
+            scores = (q @ k.transpose(-1, -2)).abs().max() / spec.head_dim**0.5
+            assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5 + 1e-8 * float(scores))
             checked += 1
     assert checked > 0
 

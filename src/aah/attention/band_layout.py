@@ -212,6 +212,42 @@ def prefix_backward(dout, q, k, v, out, lse, geo: BandGeometry, scale: float):  
     )  # fmt: skip
 
 
+def blocks_forward(qp, kp, vp, geo: BandGeometry, mask, scale: float, out) -> list:  # type: ignore[no-untyped-def]
+    """Every batch element's query blocks: writes rows [prefix, T) of out (B, H, T, Dv) and
+    returns the (out_blk, lse_blk) pairs, one per batch element, for a backward."""
+    pairs = []
+    for bi in range(qp.shape[0] if geo.n_blocks else 0):
+        out_blk, lse_blk = attention_with_lse(
+            query_blocks(qp[bi], geo), key_spans(kp[bi], geo), key_spans(vp[bi], geo),
+            scale, mask=mask,
+        )  # fmt: skip
+        tail = out_blk.transpose(0, 1).flatten(1, 2)
+        out[bi, :, geo.prefix :] = tail[:, : geo.seq_len - geo.prefix]
+        pairs.append((out_blk, lse_blk))
+    return pairs
+
+
+def forward_with_lse(q, k, v, windows: tuple[int, ...], scale: float):  # type: ignore[no-untyped-def]
+    """Windowed attention without autograd, with each row's log-sum-exp: (out, lse).
+
+    q, k (B, H, T, D), v (B, H, T, Dv) with Dv == D (the fused CPU kernel's rule; pad with
+    zero columns to use more value columns); one window per head. out (B, H, T, Dv), lse
+    (B, H, T) float32 on CPU. Cost ~ T (W + b) per head, as the banded backend's forward.
+    """
+    seq_len = q.shape[2]
+    geo = geometry(windows, seq_len)
+    mask = band_mask(geo, q.device, q.dtype)
+    qp, kp, vp = pad_queries(q, geo), pad_keys(k, geo), pad_keys(v, geo)
+    out = q.new_empty(q.shape[0], q.shape[1], seq_len, v.shape[-1])
+    out_pre, lse_pre = prefix_forward(qp, kp, vp, geo, scale)
+    out[:, :, : geo.prefix] = out_pre
+    lse = lse_pre.new_empty(q.shape[0], q.shape[1], seq_len)
+    lse[:, :, : geo.prefix] = lse_pre
+    for bi, (_, lse_blk) in enumerate(blocks_forward(qp, kp, vp, geo, mask, scale, out)):
+        lse[bi, :, geo.prefix :] = lse_blk.transpose(0, 1).flatten(1, 2)[:, : seq_len - geo.prefix]
+    return out, lse
+
+
 def add_prefix_key_grads(dk, dv, dk_p, dv_p, geo: BandGeometry):  # type: ignore[no-untyped-def]
     """Add the prefix's key gradients into the padded dk, dv (B, Hkv, Tk, D) the blocks filled;
     returns their views over the real keys."""

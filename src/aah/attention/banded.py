@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from aah.attention.band_layout import (
     add_prefix_key_grads,
     band_mask,
+    blocks_forward,
     fold_spans,
     geometry,
     key_spans,
@@ -33,7 +34,7 @@ from aah.attention.band_layout import (
 )
 from aah.attention.band_stored import banded_stored_attention
 from aah.attention.dense import dense_attention
-from aah.attention.sdpa_lse import attention_with_lse, attention_with_lse_backward
+from aah.attention.sdpa_lse import attention_with_lse_backward
 
 STORED_MAX_WINDOW = 256
 STORED_MIN_HEAD_DIM = 64
@@ -56,22 +57,14 @@ class _BandedKernel(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, windows: tuple[int, ...], scale: float):  # type: ignore[override]
-        batch, seq_len = q.shape[0], q.shape[2]
+        seq_len = q.shape[2]
         geo = geometry(windows, seq_len)
         mask = band_mask(geo, q.device, q.dtype)
         qp, kp, vp = pad_queries(q, geo), pad_keys(k, geo), pad_keys(v, geo)
         out = _empty_bthd(q, seq_len)
         out_pre, lse_pre = prefix_forward(qp, kp, vp, geo, scale)
         out[:, :, : geo.prefix] = out_pre
-        blocks = []
-        for bi in range(batch if geo.n_blocks else 0):
-            out_blk, lse_blk = attention_with_lse(
-                query_blocks(qp[bi], geo), key_spans(kp[bi], geo), key_spans(vp[bi], geo),
-                scale, mask=mask,
-            )  # fmt: skip
-            tail = out_blk.transpose(0, 1).flatten(1, 2)
-            out[bi, :, geo.prefix :] = tail[:, : seq_len - geo.prefix]
-            blocks += [out_blk, lse_blk]
+        blocks = [t for pair in blocks_forward(qp, kp, vp, geo, mask, scale, out) for t in pair]
         ctx.save_for_backward(qp, kp, vp, out_pre, lse_pre, *blocks)
         ctx.geo, ctx.scale = geo, scale
         return out
