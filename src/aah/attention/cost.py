@@ -1,4 +1,4 @@
-"""Cost diagnostics, kept apart on purpose (METHOD.md section 3).
+"""Cost diagnostics, kept apart on purpose (docs/method.md, "Windows and cost").
 
 - ACR: mean over heads (and layers) of min(w, T) / T, the paper's routing diagnostic.
 - causal coverage: allowed (query, key) pairs over the full causal count; the ideal cost ratio.

@@ -67,7 +67,7 @@ def evaluate_loss(
 
 
 def plan_diagnostics(plan: list[list[int]], seq_len: int) -> dict[str, Any]:
-    """ACR, causal coverage and executed ratio (METHOD.md section 3) of a [layer][head] plan.
+    """ACR, causal coverage and executed ratio (docs/method.md) of a [layer][head] plan.
 
     The executed ratio is for the first backend in EXECUTED_BACKENDS that is available here.
     """

@@ -1,4 +1,4 @@
-"""Run-directory files (the run-directory contract in DESIGN.md).
+"""Run-directory files (the run-directory contract; see the README's "Command line").
 
 RUN_DIR/config.toml, metrics.jsonl, plans.jsonl, summary.json, checkpoints/last.pt.
 """

@@ -1,5 +1,5 @@
-"""What holds at this scale: each regime against full, and the paper's findings (METHOD.md
-section 6) checked one by one. Sentences only classify what the 95% CIs over seeds show."""
+"""What holds at this scale: each regime against full, and the paper's findings checked one by
+one. Sentences only classify what the 95% CIs over seeds show."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def _claim_speed(aah: list[str], ratios: dict[str, dict[int, float]]) -> str:
 
 
 def _claims(suite: Suite, ratios: dict[str, dict[int, float]]) -> list[str]:
-    """The paper's findings (METHOD.md section 6), each checked against this suite."""
+    """The paper's findings (as the paper reports them), each checked against this suite."""
     aah = [r for r in suite.regimes if r.startswith(AAH_PREFIX)]
     local = [r for r in suite.regimes if r in ("fixed", "random")] + aah
     return [_claim_local(suite, local), _claim_controls(suite, aah), _claim_speed(aah, ratios)]
@@ -163,7 +163,7 @@ def findings(suite: Suite, ratios: dict[str, dict[int, float]]) -> list[str]:
             f"about {0.05 * k:.1f} of them would come out distinguishable by chance alone even "
             "if no regime differed from full.",
         ]
-    lines += ["", "The paper's findings (METHOD.md section 6), checked on this suite:", ""]
+    lines += ["", "The paper's findings (as the paper reports them), checked on this suite:", ""]
     return [*lines, *_claims(suite, ratios), ""]
 
 
