@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import math
 
-from aah.report import stats
-from aah.report.markdown import ci_text, fmt, seeds_text, threads_text
+from aah.report import comparisons, stats
+from aah.report.markdown import ci_text, fmt, p_text, seeds_text, threads_text
 from aah.report.suite_data import AAH_PREFIX, BASELINE, Suite
 
 
-def _status(ci: tuple[float, float], yes_if_below: bool) -> str:
-    """'yes' / 'no' when the 95% CI lies wholly below / above 0 (swapped if not
-    yes_if_below), '?' when it contains 0 or is undefined (one seed)."""
+def _status(comp: comparisons.Comparison, yes_if_lower: bool) -> str:
+    """'yes' / 'no' when the comparison is decided lower / higher (swapped if not
+    yes_if_lower), '?' when it is undecided (see comparisons.py)."""
+    if comp.verdict == "undecided":
+        return "?"
+    return "yes" if (comp.verdict == "lower") == yes_if_lower else "no"
+
+
+def _ci_status(ci: tuple[float, float], yes_if_below: bool) -> str:
+    """For speed ratios: 'yes' / 'no' when the 95% CI lies wholly below / above 0."""
     below, above = ci[1] < 0, ci[0] > 0
     if not (below or above):
         return "?"
@@ -36,7 +43,8 @@ def _ratio_text(ratios: dict[int, float]) -> tuple[str, stats.Estimate]:
     return f"{1 + e.mean:.2f}× (95% CI {ci}; per seed {seeds})", e
 
 
-def _regime_sentence(pair: stats.Paired, ratios: dict[int, float]) -> str:
+def _regime_sentence(comp: comparisons.Comparison, ratios: dict[int, float]) -> str:
+    pair = comp.pair
     if pair.n == 0:
         return f"- `{pair.regime}`: no seed in common with full, no comparison."
     e = pair.estimate
@@ -44,14 +52,14 @@ def _regime_sentence(pair: stats.Paired, ratios: dict[int, float]) -> str:
         text = "the same mean val_bpb as full"
     else:
         text = f"{'lower' if e.mean < 0 else 'higher'} val_bpb than full by {abs(e.mean):.4f}"
-    verdict = (
-        "distinguishable"
-        if e.distinguishable
-        else f"not distinguishable from full with {seeds_text(pair.n)}"
-    )
+    verdict = {
+        "lower": "lower than full after the Holm correction",
+        "higher": "higher than full after the Holm correction",
+        "undecided": f"undecided with {seeds_text(pair.n)}",
+    }[comp.verdict]
     sentence = (
-        f"- `{pair.regime}`: {text} (95% CI {ci_text(e.ci)}, {pair.lower}/{pair.n} seeds "
-        f"lower): {verdict}."
+        f"- `{pair.regime}`: {text} (95% CI {ci_text(e.ci)}, Holm p {p_text(comp.holm_p)}, "
+        f"{pair.lower}/{pair.n} seeds lower): {verdict}."
     )
     if ratios:
         sentence += f" Training speed {_ratio_text(ratios)[0]} of full's tokens/s."
@@ -65,51 +73,59 @@ def _claim(number: int, claim: str, verdict: str, details: list[str], rule: str)
 def _claim_local(suite: Suite, local: list[str]) -> str:
     text = "local windows (fixed, random, AAH regimes) matched or beat full in val loss"
     rule = (
-        "holds if every one has a 95% CI of Δ val_loss (regime − full, paired on seed) "
-        "wholly below 0, does not hold if any lies wholly above 0, else undecided"
+        "holds if every one is decided lower than full (Δ val_loss paired on seed, Holm "
+        f"over these comparisons, >= {comparisons.MIN_SEEDS} seeds), does not hold if any is "
+        "decided higher, else undecided"
     )
-    pairs = stats.paired(suite.rows, "val_loss") if suite.has_baseline else {}
-    items = [(r, pairs[r]) for r in local if r in pairs and pairs[r].n]
+    if not suite.has_baseline:
+        return _claim(1, text, "not testable", ["Needs `full` and a local regime"], rule)
+    pairs = stats.paired(suite.rows, "val_loss")
+    items = [pairs[r] for r in local if r in pairs and pairs[r].n]
     if not items:
         return _claim(1, text, "not testable", ["Needs `full` and a local regime"], rule)
-    statuses = [_status(p.estimate.ci, True) for _, p in items]
-    label = {"yes": "lower", "no": "higher", "?": "not distinguishable"}
+    comps = comparisons.family(items)
+    statuses = [_status(c, True) for c in comps]
     details = [
-        f"`{r}` {fmt(p.estimate.mean, '+.4f')} {ci_text(p.estimate.ci)} "
-        f"({label[s]}, {p.lower}/{p.n} seeds lower)"
-        for (r, p), s in zip(items, statuses, strict=True)
+        f"`{c.pair.regime}` {fmt(c.pair.estimate.mean, '+.4f')} {ci_text(c.pair.estimate.ci)} "
+        f"(Holm p {p_text(c.holm_p)}, {c.verdict})"
+        for c in comps
     ]
     details[0] = "Δ val_loss vs full, mean [95% CI]: " + details[0]
-    return _claim(1, text, _overall(statuses, min(p.n for _, p in items)), details, rule)
+    return _claim(1, text, _overall(statuses, min(p.n for p in items)), details, rule)
 
 
 def _claim_controls(suite: Suite, aah: list[str]) -> str:
     text = "simple fixed/random controls were about as good as the adaptive hierarchy"
     rule = (
-        "compares the best AAH regime (lowest mean val_loss) with each control, paired on "
-        "seed; does not hold if the AAH regime's CI of Δ (AAH − control) lies wholly below "
-        "0 for either control, holds if it lies wholly above 0 for both, else undecided"
+        "every AAH regime against each control (fixed, random), paired on seed, Holm over "
+        f"all of them, >= {comparisons.MIN_SEEDS} seeds; does not hold if any AAH regime is "
+        "decided lower than a control; otherwise undecided (equivalence is not tested)"
     )
     controls = [r for r in ("fixed", "random") if r in suite.regimes]
     if not aah or not controls:
         needs = ["Needs an aah-v3-* regime and fixed or random"]
         return _claim(2, text, "not testable", needs, rule)
-    best = min(aah, key=lambda r: stats.mean(suite.values(r, "val_loss")))
-    mine = stats.by_seed(suite.rows, best, "val_loss")
-    comps = [
-        stats.paired_by_seed(best, mine, c, stats.by_seed(suite.rows, c, "val_loss"))
-        for c in controls
-    ]
-    comps = [c for c in comps if c.n]
-    if not comps:
-        return _claim(2, text, "not testable", [f"`{best}` shares no seed with a control"], rule)
-    details = [f"best AAH regime `{best}`, Δ val_loss (AAH − control) mean [95% CI]"] + [
-        f"vs `{c.baseline}` {fmt(c.estimate.mean, '+.4f')} {ci_text(c.estimate.ci)}"
-        f" ({c.lower}/{c.n} seeds lower)"
+    pairs = []
+    for regime in aah:
+        mine = stats.by_seed(suite.rows, regime, "val_loss")
+        for control in controls:
+            theirs = stats.by_seed(suite.rows, control, "val_loss")
+            pair = stats.paired_by_seed(regime, mine, control, theirs)
+            if pair.n:
+                pairs.append(pair)
+    if not pairs:
+        return _claim(2, text, "not testable", ["No AAH regime shares a seed with a control"], rule)
+    comps = comparisons.family(pairs)
+    details = ["Δ val_loss (AAH − control) mean [95% CI]"] + [
+        f"`{c.pair.regime}` vs `{c.pair.baseline}` {fmt(c.pair.estimate.mean, '+.4f')} "
+        f"{ci_text(c.pair.estimate.ci)} (Holm p {p_text(c.holm_p)}, {c.verdict})"
         for c in comps
     ]
-    statuses = [_status(c.estimate.ci, False) for c in comps]
-    return _claim(2, text, _overall(statuses, min(c.n for c in comps)), details, rule)
+    contradicted = any(c.verdict == "lower" for c in comps)
+    verdict = (
+        "does not hold" if contradicted else f"undecided at {seeds_text(min(p.n for p in pairs))}"
+    )
+    return _claim(2, text, verdict, details, rule)
 
 
 def _claim_speed(aah: list[str], ratios: dict[str, dict[int, float]]) -> str:
@@ -125,7 +141,7 @@ def _claim_speed(aah: list[str], ratios: dict[str, dict[int, float]]) -> str:
     for regime, per_seed in speeds:
         words, e = _ratio_text(per_seed)
         details.append(f"`{regime}` trains at {words} of full's speed")
-        statuses.append(_status(e.ci, True))
+        statuses.append(_ci_status(e.ci, True))
     return _claim(3, text, _overall(statuses, min(len(s) for _, s in speeds)), details, rule)
 
 
@@ -143,8 +159,8 @@ def findings(suite: Suite, ratios: dict[str, dict[int, float]]) -> list[str]:
     elif suite.has_baseline:
         lines.append("Final val_bpb of each regime against full, paired on seed:")
         lines.append("")
-        pairs = stats.paired(suite.rows, "val_bpb")
-        lines += [_regime_sentence(pairs[r], ratios.get(r, {})) for r in suite.regimes[1:]]
+        family = comparisons.against_full(suite)
+        lines += [_regime_sentence(family[r], ratios.get(r, {})) for r in suite.regimes[1:]]
     else:
         lines.append("No `full` regime in this suite: no comparison against full.")
     for group in identical_regimes(suite):
@@ -156,12 +172,11 @@ def findings(suite: Suite, ratios: dict[str, dict[int, float]]) -> list[str]:
             "speed differences are timing noise).",
         ]
     if suite.has_baseline and len(suite.regimes) > 2:
-        k = len(suite.regimes) - 1
         lines += [
             "",
-            f"{k} regimes are compared with full, each at the 5% level and without correction: "
-            f"about {0.05 * k:.1f} of them would come out distinguishable by chance alone even "
-            "if no regime differed from full.",
+            f"The {len(suite.regimes) - 1} comparisons with full are one family: their p-values "
+            "are Holm-corrected, and none counts without at least "
+            f"{comparisons.MIN_SEEDS} seeds.",
         ]
     lines += ["", "The paper's findings (as the paper reports them), checked on this suite:", ""]
     return [*lines, *_claims(suite, ratios), ""]

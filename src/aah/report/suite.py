@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from aah.eval import records
-from aah.report import stats, suite_plots
+from aah.report import comparisons, stats, suite_plots
 from aah.report.findings import caveats, findings
 from aah.report.markdown import ci_text, count, fmt, p_text, pm, seeds_text, table, threads_text
 from aah.report.suite_data import (
@@ -25,6 +25,7 @@ from aah.report.suite_data import (
     is_results_dir,
     load_suite,
 )
+from aah.report.topology import topology_section
 from aah.sweep.config import cell_name
 
 __all__ = ["REPORT", "build_suite_report", "equal_time", "is_results_dir", "load_suite"]
@@ -34,7 +35,10 @@ QUALITY_HEADER = (
     "regime | n | val_bpb mean ± sd | val_loss mean ± sd | ACR | causal coverage | "
     "executed ratio | train tok/s | speed vs full | wall s"
 )
-PAIRED_HEADER = "regime | Δ val_bpb mean | sd | 95% CI | t | p | seeds lower than full"
+PAIRED_HEADER = (
+    "regime | Δ val_bpb mean | sd | 95% CI | t | p | Holm p | seeds lower than full | verdict"
+)
+MATCHED_HEADER = "regime | control | Δ val_bpb mean | 95% CI | p | Holm p | seeds lower | verdict"
 EQUAL_TIME_HEADER = (
     "regime | n | val_bpb at t* mean ± sd | Δ vs full | 95% CI | p | seeds lower than full"
 )
@@ -105,6 +109,46 @@ def _delta_cells(pair: stats.Paired | None, full: bool = True) -> list[str]:
     e = pair.estimate
     cells = [fmt(e.mean, "+.4f"), fmt(e.sd), ci_text(e.ci), fmt(e.t, ".2f"), p_text(e.p)]
     return [*(cells if full else [cells[0], cells[2], cells[4]]), f"{pair.lower}/{pair.n}"]
+
+
+VERDICT_RULE = (
+    f"Verdict: lower / higher only with at least {comparisons.MIN_SEEDS} seeds and a Holm p "
+    f"below {comparisons.ALPHA}; otherwise undecided, whatever the sign of Δ."
+)
+
+
+def _comparison_cells(comp: comparisons.Comparison | None) -> list[str]:
+    """Δ mean, sd, 95% CI, t, p, Holm p, k/n seeds lower and the verdict of one comparison."""
+    if comp is None or comp.pair.n == 0:
+        return ["no seed in common with full"] + [""] * 7
+    e = comp.pair.estimate
+    return [
+        fmt(e.mean, "+.4f"), fmt(e.sd), ci_text(e.ci), fmt(e.t, ".2f"), p_text(e.p),
+        p_text(comp.holm_p), f"{comp.pair.lower}/{comp.pair.n}", comp.verdict,
+    ]  # fmt: skip
+
+
+def _matched_section(suite: Suite) -> list[str]:
+    family = comparisons.matched(suite)
+    if not family:
+        return []
+    rows = []
+    for comp in family:
+        cells = _comparison_cells(comp)  # mean, sd, CI, t, p, Holm p, seeds lower, verdict
+        names = [f"`{comp.pair.regime}`", f"`{comp.pair.baseline}`"]
+        rows.append(names + [cells[i] for i in (0, 2, 4, 5, 6, 7)])
+    return [
+        "### Matched controls (per seed)",
+        "",
+        "Each pair differs in one respect: `budget` vs `budget-shuffled` (the same windows per "
+        "layer on random heads), each AAH-v3 regime vs `random` (random windows from the same "
+        "candidates, same warm-up), `aah-v3-full-adaptive` vs `fixed-random-grouping` and vs "
+        "`shuffle`. Δ = regime − control on the same seed; Holm p corrects for the "
+        f"{len(family)} comparisons of this table. {VERDICT_RULE}",
+        "",
+        *table(MATCHED_HEADER.split(" | "), rows),
+        "",
+    ]
 
 
 def _equal_time_section(suite: Suite, eq: EqualTime | str) -> list[str]:
@@ -195,16 +239,19 @@ def _suite_section(suite: Suite, out_dir: Path) -> list[str]:
     if suite.regimes == [BASELINE]:
         lines += ["Only `full` in this suite: nothing to pair it with.", ""]
     elif suite.has_baseline:
-        pairs = stats.paired(suite.rows, "val_bpb")
-        rows = [[f"`{r}`", *_delta_cells(pairs.get(r))] for r in suite.regimes[1:]]
+        family = comparisons.against_full(suite)
+        rows = [[f"`{r}`", *_comparison_cells(family.get(r))] for r in suite.regimes[1:]]
         lines += [*table(PAIRED_HEADER.split(" | "), rows), ""]
         lines += [
             "Δ = regime − full on the same seed; negative is better. 95% CI and p from "
-            "Student's t over the per-seed differences.",
+            f"Student's t over the per-seed differences; Holm p corrects for the {len(family)} "
+            f"comparisons of this table. {VERDICT_RULE}",
             "",
         ]
     else:
         lines += ["No `full` regime in this suite: no paired comparison.", ""]
+    lines += _matched_section(suite)
+    lines += topology_section(suite)
     eq = equal_time(suite) if suite.cells else "no cell run directories found"
     lines += _equal_time_section(suite, eq)
     lines += ["### Figures", ""]

@@ -1,0 +1,83 @@
+"""Families of paired comparisons with a Holm correction, and the verdict rule of the report.
+
+A suite makes two families of comparisons on final val_bpb, each pair matched on seed:
+every regime against `full`, and the matched controls named in `MATCHED` (a controller
+against the control that differs from it in one respect). Within a family, Holm's
+step-down correction adjusts the p-values (Student's t over the per-seed differences). A
+comparison is decided only with at least `MIN_SEEDS` seeds and a Holm-adjusted p below
+`ALPHA`; everything else is "undecided", whatever its sign.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aah.report import stats
+from aah.report.suite_data import Suite
+
+ALPHA = 0.05
+MIN_SEEDS = 5
+#: (regime, control): budget vs the same windows on random heads; each AAH-v3 regime vs the
+#: random windows of the same candidates; full-adaptive vs random grouping and vs shuffle.
+MATCHED: tuple[tuple[str, str], ...] = (
+    ("budget", "budget-shuffled"),
+    ("aah-v3-full-adaptive", "random"),
+    ("aah-v3-shallow-freeze", "random"),
+    ("aah-v3-deep-reuse", "random"),
+    ("aah-v3-grouping-off", "random"),
+    ("aah-v3-full-adaptive", "fixed-random-grouping"),
+    ("aah-v3-full-adaptive", "shuffle"),
+)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm step-down adjusted p-values (nan stays nan and is not counted)."""
+    order = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
+    out = [math.nan] * len(pvalues)
+    running, m = 0.0, len(order)
+    for rank, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One paired comparison (pair.regime - pair.baseline) and its Holm-adjusted p."""
+
+    pair: stats.Paired
+    holm_p: float
+
+    @property
+    def verdict(self) -> str:
+        """ "lower" / "higher" (regime vs baseline) when decided, else "undecided"."""
+        if self.pair.n < MIN_SEEDS or math.isnan(self.holm_p) or self.holm_p >= ALPHA:
+            return "undecided"
+        return "lower" if self.pair.estimate.mean < 0 else "higher"
+
+
+def family(pairs: Sequence[stats.Paired]) -> list[Comparison]:
+    adjusted = holm([p.estimate.p for p in pairs])
+    return [Comparison(p, q) for p, q in zip(pairs, adjusted, strict=True)]
+
+
+def against_full(suite: Suite, metric: str = "val_bpb") -> dict[str, Comparison]:
+    """regime -> its comparison with full (one family over every regime)."""
+    pairs = stats.paired(suite.rows, metric)
+    regimes = [r for r in suite.regimes[1:] if r in pairs]
+    return dict(zip(regimes, family([pairs[r] for r in regimes]), strict=True))
+
+
+def matched(suite: Suite, metric: str = "val_bpb") -> list[Comparison]:
+    """The MATCHED pairs present in the suite (one family), in MATCHED order."""
+    pairs = []
+    for regime, control in MATCHED:
+        if regime in suite.regimes and control in suite.regimes:
+            mine = stats.by_seed(suite.rows, regime, metric)
+            theirs = stats.by_seed(suite.rows, control, metric)
+            pair = stats.paired_by_seed(regime, mine, control, theirs)
+            if pair.n:
+                pairs.append(pair)
+    return family(pairs)
