@@ -13,7 +13,7 @@ import torch
 import aah
 from aah.cli import main
 
-SUBCOMMANDS = ["train", "sweep", "eval", "bench", "report", "generate", "plan"]
+SUBCOMMANDS = ["train", "sweep", "eval", "posthoc", "bench", "report", "generate", "plan"]
 
 
 def tiny_args(corpus, out, steps=12):

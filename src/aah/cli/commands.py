@@ -8,7 +8,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from aah.cli import bench_cmd, eval_cmd, generate_cmd, lab_cmd, plan_cmd, sweep_cmd, train_cmd
+from aah.cli import (
+    bench_cmd,
+    eval_cmd,
+    generate_cmd,
+    lab_cmd,
+    plan_cmd,
+    posthoc_cmd,
+    sweep_cmd,
+    train_cmd,
+)
 
 AddArgs = Callable[[argparse.ArgumentParser], None]
 Run = Callable[[argparse.Namespace, list[str]], int]
@@ -81,6 +90,11 @@ COMMANDS: dict[str, tuple[str, AddArgs, Run]] = {
         eval_cmd.add_arguments,
         eval_cmd.run,
     ),
+    "posthoc": (
+        "Impose per-head plans on trained full-attention runs at matched coverage; Δ bpb.",
+        posthoc_cmd.add_arguments,
+        posthoc_cmd.run,
+    ),
     "bench": (
         "Benchmarks: training, attention, decode, variants (aah bench NAME --help).",
         bench_cmd.add_arguments,
@@ -112,4 +126,5 @@ COMMANDS: dict[str, tuple[str, AddArgs, Run]] = {
 EPILOGS = {
     "train": train_cmd.EPILOG,
     "sweep": sweep_cmd.EPILOG,
+    "posthoc": posthoc_cmd.EPILOG,
 }

@@ -84,6 +84,11 @@ class AdaptivePolicy(Policy):
             torch.randperm(self.n_head, generator=self._aux).tolist() for _ in range(self.n_layer)
         ]
 
+    @property
+    def layers(self) -> list[LayerController]:
+        """The per-layer controllers (read-only use: e.g. one decision outside training)."""
+        return self._layers
+
     # -- scheduling ------------------------------------------------------------------------
     def _decides(self, step: int) -> bool:
         return self._layers[0].is_decision(step)

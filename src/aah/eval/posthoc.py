@@ -1,0 +1,153 @@
+"""Post-hoc allocation: trained full-attention runs, per-head plans imposed at matched coverage.
+
+For each run (one seed each): measure every head's attention mass beyond each candidate
+window on calibration windows from the *training* split, build each policy's plan at each
+coverage cap (posthoc_plans.py), and score the model under it on evaluation windows spread
+evenly over the whole *validation* split (the same windows for every plan and run). The
+quality lost is Δ bpb = bpb(plan) - bpb(full attention), per run; over runs, the mean and its
+95% CI (Student t). A policy that allocates context well loses less at the same coverage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from aah.attention import coverage
+from aah.controller.mass import mass_beyond
+from aah.data import load_tokens
+from aah.eval.load import load_run
+from aah.eval.posthoc_plans import AAH, BUDGETED, aah_plan, budgeted_plan
+from aah.model import GPT
+
+
+@dataclass(frozen=True)
+class PosthocConfig:
+    """What to impose and how to measure it."""
+
+    coverages: tuple[float, ...] = (0.1, 0.2, 0.3, 0.5)
+    policies: tuple[str, ...] = BUDGETED + AAH
+    windows: tuple[int, ...] | None = None  # None: powers of two from 1 up to T
+    eval_windows: int = 128  # evaluation sequences of length T, spread over the val split
+    calib_windows: int = 8  # calibration sequences from the training split
+    batch_size: int = 8
+    seed: int = 0
+
+    def validate(self) -> None:
+        for c in self.coverages:
+            if not 0.0 < c <= 1.0:
+                raise ValueError(f"coverages: every coverage must be in (0, 1], got {c!r}")
+        unknown = [p for p in self.policies if p not in BUDGETED + AAH]
+        if unknown:
+            raise ValueError(
+                f"policies: unknown {', '.join(unknown)}; choose from {', '.join(BUDGETED + AAH)}"
+            )
+        for name in ("eval_windows", "calib_windows", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+@dataclass
+class RunResult:
+    """One run's scores: full attention's bpb and one row per (policy, cap) plan."""
+
+    run: str
+    full_bpb: float
+    rows: list[dict] = field(default_factory=list)
+
+
+def strided_windows(tokens: np.ndarray, seq_len: int, count: int) -> torch.Tensor:
+    """(count', T + 1) windows starting at evenly spaced offsets over the whole split."""
+    last = tokens.size - (seq_len + 1)
+    if last < 0:
+        raise ValueError(f"the split has {tokens.size} tokens, fewer than T + 1 = {seq_len + 1}")
+    starts = np.unique(np.linspace(0, last, num=count).astype(np.int64))
+    return torch.from_numpy(
+        np.stack([tokens[s : s + seq_len + 1] for s in starts]).astype(np.int64)
+    )
+
+
+@torch.no_grad()
+def bits_per_byte(model: GPT, windows: torch.Tensor, batch_size: int) -> float:
+    total, count = 0.0, 0
+    for chunk in torch.split(windows, batch_size):
+        logits = model(chunk[:, :-1])
+        target = chunk[:, 1:]
+        total += float(
+            F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), reduction="sum")
+        )
+        count += target.numel()
+    return total / count / math.log(2)
+
+
+@torch.no_grad()
+def measure_mass(
+    model: GPT, windows: torch.Tensor, candidates: Sequence[int], seed: int
+) -> np.ndarray:
+    """(n_layer, n_head, n_candidates) mass beyond each candidate, mean over windows."""
+    total = None
+    for i, chunk in enumerate(torch.split(windows, 2)):
+        _, qkv = model(chunk[:, :-1], capture_qkv=True)
+        per_layer = [mass_beyond(q, k, v, candidates, seed=seed + i) for q, k, v in qkv]
+        mass = torch.stack(per_layer).double()
+        total = mass if total is None else total + mass
+    assert total is not None
+    return (total / math.ceil(windows.shape[0] / 2)).numpy()
+
+
+def run_posthoc(
+    run_dir: str | Path, cfg: PosthocConfig, progress: Callable[[str], None] | None = None
+) -> RunResult:
+    """Every (policy, cap) plan of `cfg` on one trained run; see the module docstring."""
+    cfg.validate()
+    model, config, _ = load_run(run_dir)
+    seq_len = config.seq_len
+    splits = load_tokens(config.data)
+    evals = strided_windows(splits.val, seq_len, cfg.eval_windows)
+    calib = strided_windows(splits.train, seq_len, cfg.calib_windows)
+    cands = list(cfg.windows or _powers_of_two(seq_len))
+    full = [[seq_len] * config.model.n_head for _ in range(config.model.n_layer)]
+    model.set_window_plan(full)
+    result = RunResult(str(run_dir), bits_per_byte(model, evals, cfg.batch_size))
+    mass = measure_mass(model, calib, cands, cfg.seed)
+    with torch.no_grad():
+        _, qkv = model(calib[: min(2, calib.shape[0]), :-1], capture_qkv=True)
+    plans: list[tuple[str, float | None, list[list[int]]]] = []
+    for policy in cfg.policies:
+        if policy in AAH:
+            plans.append((policy, None, aah_plan(policy, qkv, _aah_windows(seq_len), cfg.seed)))
+        else:
+            plans += [
+                (policy, c, budgeted_plan(policy, mass, cands, seq_len, c, cfg.seed))
+                for c in cfg.coverages
+            ]
+    for policy, cap, plan in plans:
+        model.set_window_plan(plan)
+        bpb = bits_per_byte(model, evals, cfg.batch_size)
+        result.rows.append({
+            "policy": policy, "cap": cap, "coverage": coverage(plan, seq_len).causal,
+            "bpb": bpb, "delta_bpb": bpb - result.full_bpb, "windows": plan,
+        })  # fmt: skip
+        if progress is not None:
+            progress(
+                f"{Path(run_dir).name}: {policy} cap {cap}: Δ bpb {bpb - result.full_bpb:+.4f}"
+            )
+    model.set_window_plan(full)
+    return result
+
+
+def _powers_of_two(seq_len: int) -> list[int]:
+    """1, 2, 4, ... below T, and T: fine enough for every coverage cap down to ~1 / T."""
+    return sorted({2**p for p in range(seq_len.bit_length()) if 2**p < seq_len} | {seq_len})
+
+
+def _aah_windows(seq_len: int) -> list[int]:
+    """The method's candidates: T/8, T/4, T/2, T."""
+    return sorted({max(1, seq_len // d) for d in (8, 4, 2, 1)})

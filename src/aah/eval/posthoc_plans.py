@@ -1,0 +1,112 @@
+"""Window plans imposed on a trained full-attention model at a matched causal coverage.
+
+Every policy gets the same candidate windows and the same coverage cap c, so that only the
+*allocation* differs (the setting of MoA / DuoAttention):
+
+  budget           per-head windows keeping the most measured attention mass under c
+  budget-shuffled  budget's windows permuted across the heads of each layer (same coverage
+                   per layer, random assignment)
+  random           budget's windows permuted across all heads of all layers (same coverage,
+                   same windows, random assignment anywhere)
+  uniform          one window w for every head, the largest integer w with coverage <= c
+  uniform-layer    one window per layer, allocated like budget on each layer's mean mass
+  aah-v3           the AAH-v3 controller's first decision (full-adaptive; grouping-off as
+                   "aah-v3-grouping-off") on the model's own Q/K/V and attention features;
+                   it takes no coverage target, so it is one point at its own coverage.
+
+`mass` is (n_layer, n_head, n_candidates) attention mass beyond each candidate window
+(aah.controller.mass), averaged over calibration batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from aah.attention import coverage
+from aah.controller import ControllerConfig, make_policy
+from aah.controller.aahv3 import LayerInputs
+from aah.controller.budget import allocate_budget
+from aah.controller.head_stats import attention_stats
+from aah.controller.plan import Plan
+
+BUDGETED = ("budget", "budget-shuffled", "random", "uniform", "uniform-layer")
+AAH = ("aah-v3", "aah-v3-grouping-off")
+POLICIES = BUDGETED + AAH
+
+
+def budget_plan(mass: np.ndarray, windows: Sequence[int], seq_len: int, cap: float) -> Plan:
+    n_layer, n_head, _ = mass.shape
+    idx = allocate_budget(mass.reshape(n_layer * n_head, -1), windows, seq_len, cap).indices
+    return [[windows[i] for i in idx[l * n_head : (l + 1) * n_head]] for l in range(n_layer)]
+
+
+def shuffled(plan: Plan, gen: torch.Generator, *, across_layers: bool) -> Plan:
+    """Windows permuted within each layer, or across every head of every layer."""
+    if not across_layers:
+        return [[row[i] for i in torch.randperm(len(row), generator=gen).tolist()] for row in plan]
+    flat = [w for row in plan for w in row]
+    order = torch.randperm(len(flat), generator=gen).tolist()
+    n = len(plan[0])
+    perm = [flat[i] for i in order]
+    return [perm[l * n : (l + 1) * n] for l in range(len(plan))]
+
+
+def uniform_window(seq_len: int, cap: float) -> int:
+    """The largest w in [1, T] whose causal coverage is <= cap (1 if none is)."""
+    lo, hi = 1, seq_len
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if coverage([mid], seq_len).causal <= cap:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def layer_plan(mass: np.ndarray, windows: Sequence[int], seq_len: int, cap: float) -> Plan:
+    """One window per layer: the budget allocation over layers on the heads' mean mass."""
+    n_head = mass.shape[1]
+    idx = allocate_budget(mass.mean(axis=1), windows, seq_len, cap).indices
+    return [[windows[i]] * n_head for i in idx]
+
+
+def budgeted_plan(
+    policy: str, mass: np.ndarray, windows: Sequence[int], seq_len: int, cap: float, seed: int
+) -> Plan:
+    """One of BUDGETED at coverage cap `cap` (see the module docstring)."""
+    gen = torch.Generator().manual_seed(seed)
+    if policy == "uniform":
+        return [[uniform_window(seq_len, cap)] * mass.shape[1] for _ in range(mass.shape[0])]
+    if policy == "uniform-layer":
+        return layer_plan(mass, windows, seq_len, cap)
+    plan = budget_plan(mass, windows, seq_len, cap)
+    if policy == "budget":
+        return plan
+    if policy in ("budget-shuffled", "random"):
+        return shuffled(plan, gen, across_layers=policy == "random")
+    raise ValueError(f"unknown post-hoc policy {policy!r}; choose one of {', '.join(POLICIES)}")
+
+
+def aah_plan(
+    policy: str, qkv: Sequence[tuple[torch.Tensor, ...]], windows: Sequence[int], seed: int
+) -> Plan:
+    """The AAH-v3 controller's first decision on these Q/K/V (attention under full windows)."""
+    name = {"aah-v3": "aah-v3-full-adaptive", "aah-v3-grouping-off": "aah-v3-grouping-off"}
+    if policy not in name:
+        raise ValueError(f"unknown post-hoc policy {policy!r}; choose one of {', '.join(AAH)}")
+    q0, k0 = qkv[0][0], qkv[0][1]
+    seq_len = q0.shape[2]
+    cfg = ControllerConfig(policy=name[policy], windows=list(windows), warmup_steps=0, seed=seed)
+    pol = make_policy(
+        cfg, n_layer=len(qkv), n_head=q0.shape[1], n_kv_head=k0.shape[1], seq_len=seq_len
+    )
+    rows = []
+    for ctl, (q, k, v) in zip(pol.layers, qkv, strict=True):
+        attn = attention_stats(q, k, v, [seq_len] * q.shape[1])
+        idx = ctl.forward(0, LayerInputs(q, k, v, attn))
+        assert idx is not None
+        rows.append([pol.windows[i] for i in idx])
+    return rows
