@@ -36,7 +36,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     device = resolve_device(args.device)
     model, config, payload = load_run(args.run_dir, map_location=device)
     data_cfg = config.data if args.data is None else replace(config.data, path=args.data)
-    splits = load_tokens(data_cfg)
+    splits = load_tokens(data_cfg, seq_len=config.seq_len)
     tokens = splits.val if args.split == "val" else splits.train
     batches = config.train.eval_batches if args.batches is None else args.batches
     if batches < 0:
@@ -51,6 +51,15 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         max_batches=batches or None,
         device=device,
     )
+    if splits.val_answer_distance is not None and args.split == "val":
+        from aah.eval.recall import recall_accuracy
+
+        ev.update(
+            recall_accuracy(
+                model, tokens, splits.val_answer_distance, seq_len=seq_len,
+                batch_size=batch_size, max_windows=(batches * batch_size) or None, device=device,
+            )
+        )  # fmt: skip
     plan = model.window_plan()
     diag = plan_diagnostics(plan, seq_len)
     result = {
@@ -60,6 +69,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         "split": args.split,
         "val_loss": ev["val_loss"],
         "val_bpb": ev["val_bpb"],
+        **{k: ev[k] for k in ("val_acc", "val_acc_by_distance", "val_answers") if k in ev},
         **diag,
         "tokens": ev["eval_tokens"],
         "tokens_per_s": ev["eval_tokens_per_s"],
@@ -74,7 +84,15 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         f" | executed ratio {diag.get('executed_ratio', float('nan')):.3f}"
         f" | {ev['eval_tokens_per_s']:,.0f} tok/s | peak RSS {result['peak_rss_mb']:,.0f} MB"
     )
+    if "val_acc" in ev:
+        by = ", ".join(f"{k}: {_pct(v)}" for k, v in ev["val_acc_by_distance"].items())
+        answers = f"{ev['val_answers']} answers"
+        print(f"recall accuracy {_pct(ev['val_acc'])} ({answers}) | by distance {by}")
     print(window_map(plan, seq_len))
     if args.json:
         print(json.dumps(result))
     return 0
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"

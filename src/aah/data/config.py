@@ -6,15 +6,15 @@ import math
 from dataclasses import dataclass
 
 #: Corpora known by name; anything else must be `hf:<dataset>[:<config>]`.
-NAMED_CORPORA = ("python-stdlib", "shakespeare")
+NAMED_CORPORA = ("python-stdlib", "shakespeare", "synthetic:recall")
 
 
 @dataclass
 class DataConfig:
     """Where the training text comes from and how it is split and cached.
 
-    corpus:       "python-stdlib" | "shakespeare" | "hf:<dataset>[:<config>]"; ignored when
-                  `path` is set.
+    corpus:       "python-stdlib" | "shakespeare" | "synthetic:recall" (generated, see
+                  aah.data.synthetic) | "hf:<dataset>[:<config>]"; ignored when `path` is set.
     path:         a user text file, or a folder of text files read recursively.
     val_fraction: share of files (chosen by a hash of their relative path) that go to
                   validation, strictly between 0 and 1; a single file is split by bytes.

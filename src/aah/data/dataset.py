@@ -21,6 +21,8 @@ class TokenSplits:
     content_hash:     hex key of the exact content and split settings (the cache folder name).
     n_files_train/_val: documents in each split (a single-file corpus counts 1 in each).
     n_files_skipped:  binary files skipped inside a folder (a warning says so too).
+    val_answer_distance: for synthetic:recall, (len(val),) int32: d > 0 marks an answer byte
+                  whose source is d bytes earlier (aah.data.synthetic); None for text corpora.
     """
 
     train: np.ndarray
@@ -30,17 +32,28 @@ class TokenSplits:
     n_files_train: int
     n_files_val: int
     n_files_skipped: int = 0
+    val_answer_distance: np.ndarray | None = None
 
 
-def load_tokens(cfg: DataConfig, *, progress: bool = False) -> TokenSplits:
+#: Bytes generated for synthetic:recall when data.max_bytes is not set (train; val is fixed).
+SYNTHETIC_TRAIN_BYTES = 2_000_000
+SYNTHETIC_VAL_BYTES = 262_144
+
+
+def load_tokens(
+    cfg: DataConfig, *, progress: bool = False, seq_len: int | None = None
+) -> TokenSplits:
     """Read, split and tokenize the corpus of `cfg`, through the on-disk cache.
 
     The corpus is always read (its content is the cache key); the split, encoding and writing
     happen only on a cache miss. `progress` shows a tqdm bar while reading files. Raises
     `ValueError` for bad config values and unusable inputs (see `aah.data.corpora`); the split
-    rule is in `aah.data.split`, the cache layout in `aah.data.cache`.
+    rule is in `aah.data.split`, the cache layout in `aah.data.cache`. `synthetic:recall` is
+    generated instead (no cache) and needs `seq_len`, which sets its distance buckets.
     """
     cfg.validate()
+    if cfg.path is None and cfg.corpus == "synthetic:recall":
+        return _synthetic_splits(cfg, seq_len)
     corpus = read_corpus(cfg, progress=progress)
     key = cache.content_hash(corpus.documents, cfg.val_fraction, cfg.max_bytes)
     entry = cache.cache_root(cfg) / key
@@ -73,3 +86,24 @@ def load_tokens(cfg: DataConfig, *, progress: bool = False) -> TokenSplits:
 def encode_split(plan: SplitPlan) -> tuple[np.ndarray, np.ndarray]:
     """(train, val) uint8 token arrays of a split plan; the step a cache hit skips."""
     return join_pieces(plan.train), join_pieces(plan.val)
+
+
+def _synthetic_splits(cfg: DataConfig, seq_len: int | None) -> TokenSplits:
+    """Train and validation streams of synthetic:recall from two fixed seeds: the same bytes
+    for every run and seed of one sequence length."""
+    from aah.data.synthetic import TASK_SEED, generate_recall
+
+    if seq_len is None:
+        raise ValueError("data.corpus synthetic:recall needs the model's sequence length")
+    n_train = cfg.max_bytes or SYNTHETIC_TRAIN_BYTES
+    train = generate_recall(n_train, seq_len, TASK_SEED + 1)
+    val = generate_recall(SYNTHETIC_VAL_BYTES, seq_len, TASK_SEED + 2)
+    return TokenSplits(
+        train=train.tokens,
+        val=val.tokens,
+        name="synthetic:recall",
+        content_hash=f"synthetic-recall-T{seq_len}-{n_train}",
+        n_files_train=1,
+        n_files_val=1,
+        val_answer_distance=val.answer_distance,
+    )

@@ -109,7 +109,7 @@ def run_posthoc(
     cfg.validate()
     model, config, _ = load_run(run_dir)
     seq_len = config.seq_len
-    splits = load_tokens(config.data)
+    splits = load_tokens(config.data, seq_len=config.seq_len)
     evals = strided_windows(splits.val, seq_len, cfg.eval_windows)
     calib = strided_windows(splits.train, seq_len, cfg.calib_windows)
     cands = list(cfg.windows or _powers_of_two(seq_len))

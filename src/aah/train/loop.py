@@ -58,11 +58,11 @@ class TrainResult:
 def _load_data(config: RunConfig, info: dist_util.DistInfo, progress: bool) -> TokenSplits:
     # Rank 0 fills the token cache first; the others then read it.
     if info.is_main:
-        splits = load_tokens(config.data, progress=progress)
+        splits = load_tokens(config.data, progress=progress, seq_len=config.seq_len)
     if info.enabled:
         torch.distributed.barrier()
     if not info.is_main:
-        splits = load_tokens(config.data)
+        splits = load_tokens(config.data, seq_len=config.seq_len)
     return splits
 
 

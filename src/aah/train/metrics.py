@@ -9,6 +9,7 @@ import torch
 
 from aah.data import TokenSplits
 from aah.eval.evaluate import evaluate_loss, peak_rss_mb, plan_diagnostics
+from aah.eval.recall import recall_accuracy
 from aah.model import GPT
 from aah.train import distributed as dist_util
 from aah.train.run_config import RunConfig
@@ -65,11 +66,25 @@ def eval_record(
         device=device,
         autocast_dtype=amp,
     )
-    return {
+    record = {
         "val_loss": ev["val_loss"],
         "val_bpb": ev["val_bpb"],
         "eval_tokens_per_s": ev["eval_tokens_per_s"],
     }
+    if splits.val_answer_distance is not None:
+        acc = recall_accuracy(
+            model,
+            splits.val,
+            splits.val_answer_distance,
+            seq_len=seq_len,
+            batch_size=cfg.batch_size,
+            max_windows=cfg.eval_batches * cfg.batch_size if cfg.eval_batches else None,
+            device=device,
+        )
+        record.update(
+            {"val_acc": acc["val_acc"], "val_acc_by_distance": acc["val_acc_by_distance"]}
+        )
+    return record
 
 
 def wall_seconds(counters: Counters, wall_start: float) -> float:
@@ -91,6 +106,7 @@ def summary_record(
     return {
         "val_loss": last.get("val_loss"),
         "val_bpb": last.get("val_bpb"),
+        **{k: last[k] for k in ("val_acc", "val_acc_by_distance") if k in last},
         "acr": diag["acr"],
         "causal_coverage": diag["causal_coverage"],
         "executed_ratio": diag.get("executed_ratio"),
