@@ -123,3 +123,29 @@ def test_recall_needs_a_long_enough_sequence():
         load_tokens(DataConfig(corpus="synthetic:recall"), seq_len=16)
     with pytest.raises(ValueError, match="sequence length"):
         load_tokens(DataConfig(corpus="synthetic:recall"))
+
+
+def test_cut_windows_curve_on_a_recall_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = [
+        "train", "--out", str(out), "--no-progress", "--data.corpus", "synthetic:recall",
+        "--data.max_bytes", "40000", "--model.n_layer", "1", "--model.n_head", "2",
+        "--model.n_kv_head", "2", "--model.d_model", "16", "--model.max_seq_len", "64",
+        "--train.batch_size", "4", "--train.max_steps", "2", "--train.eval_interval", "2",
+        "--train.eval_batches", "2", "--train.threads", "1", "--controller.policy", "full",
+    ]  # fmt: skip
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(["eval", str(out), "--cut-windows", "4,16", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    cuts = [r["cut"] for r in result["cut_windows"]]
+    assert cuts == ["plan in force", "4", "16", "full"]
+    rows = {r["cut"]: r for r in result["cut_windows"]}
+    assert rows["full"]["val_bpb"] == pytest.approx(rows["plan in force"]["val_bpb"])
+    assert rows["4"]["val_bpb"] != rows["full"]["val_bpb"]
+    assert set(rows["16"]["val_acc_by_distance"]) == {"16-31", "32-63"}
+    assert json.loads((out / "cut_windows.json").read_text()) == result["cut_windows"]
+    assert main(["eval", str(out), "--cut-windows", "0,4"]) == 2
+    assert main(["report", str(out)]) == 0
+    assert (out / "report" / "context_use.png").exists()
+    assert "cut to w at test time" in (out / "report" / "report.html").read_text()

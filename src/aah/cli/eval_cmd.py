@@ -19,6 +19,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--batch-size", type=int, metavar="B", help="batch size (default: the run's)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
+    p.add_argument(
+        "--cut-windows", metavar="W,W,...",
+        help="also score with every head cut to each window (a context-use curve); writes "
+        "RUN_DIR/cut_windows.json, which `aah report RUN_DIR` plots",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
 
 
@@ -28,11 +33,15 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     from dataclasses import replace
 
     from aah.data import load_tokens
+    from aah.eval import records
+    from aah.eval.context_use import cut_window_curve, parse_cuts
     from aah.eval.evaluate import evaluate_loss, peak_rss_mb, plan_diagnostics
     from aah.eval.load import load_run
+    from aah.eval.recall import recall_accuracy
     from aah.eval.windowmap import window_map
     from aah.train.distributed import resolve_device
 
+    cuts = parse_cuts(args.cut_windows) if args.cut_windows else None
     device = resolve_device(args.device)
     model, config, payload = load_run(args.run_dir, map_location=device)
     data_cfg = config.data if args.data is None else replace(config.data, path=args.data)
@@ -43,23 +52,23 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         raise ValueError(f"--batches must be >= 0, got {batches}")
     batch_size = args.batch_size or config.train.batch_size
     seq_len = config.seq_len
-    ev = evaluate_loss(
-        model,
-        tokens,
-        batch_size=batch_size,
-        seq_len=seq_len,
-        max_batches=batches or None,
-        device=device,
-    )
-    if splits.val_answer_distance is not None and args.split == "val":
-        from aah.eval.recall import recall_accuracy
 
-        ev.update(
-            recall_accuracy(
-                model, tokens, splits.val_answer_distance, seq_len=seq_len,
-                batch_size=batch_size, max_windows=(batches * batch_size) or None, device=device,
-            )
+    def score() -> dict:
+        ev = evaluate_loss(
+            model, tokens, batch_size=batch_size, seq_len=seq_len,
+            max_batches=batches or None, device=device,
         )  # fmt: skip
+        if splits.val_answer_distance is not None and args.split == "val":
+            ev.update(
+                recall_accuracy(
+                    model, tokens, splits.val_answer_distance, seq_len=seq_len,
+                    batch_size=batch_size, max_windows=(batches * batch_size) or None,
+                    device=device,
+                )
+            )  # fmt: skip
+        return ev
+
+    ev = score()
     plan = model.window_plan()
     diag = plan_diagnostics(plan, seq_len)
     result = {
@@ -89,6 +98,15 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         answers = f"{ev['val_answers']} answers"
         print(f"recall accuracy {_pct(ev['val_acc'])} ({answers}) | by distance {by}")
     print(window_map(plan, seq_len))
+    if cuts:
+        curve = cut_window_curve(model, score, cuts)
+        keep = ("cut", "window", "val_loss", "val_bpb", "val_acc", "val_acc_by_distance")
+        result["cut_windows"] = [{k: r[k] for k in keep if k in r} for r in curve]
+        print("every head cut to w (test time):")
+        for row in result["cut_windows"]:
+            acc = f" | recall {_pct(row['val_acc'])}" if "val_acc" in row else ""
+            print(f"  {row['cut']:>13} | bits/byte {row['val_bpb']:.4f}{acc}")
+        records.write_json(Path(args.run_dir) / "cut_windows.json", result["cut_windows"])
     if args.json:
         print(json.dumps(result))
     return 0

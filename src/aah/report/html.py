@@ -128,7 +128,12 @@ def build_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     plots.window_snapshots(plans, seq_len, out_dir / snaps)
     plots.final_window_map(plans[-1]["windows"], seq_len, out_dir / final)
 
-    figures = "\n".join(_figure(out_dir / name, caption) for name, caption in FIGURES)
+    shown = list(FIGURES)
+    cut_file = run_dir / "cut_windows.json"
+    if cut_file.exists():  # written by `aah eval RUN_DIR --cut-windows ...`
+        plots.cut_window_curve(records.read_json(cut_file), out_dir / "context_use.png")
+        shown.append(("context_use.png", "Quality with every head cut to w at test time"))
+    figures = "\n".join(_figure(out_dir / name, caption) for name, caption in shown)
     path = out_dir / REPORT
     records.write_text_atomic(path, render_page(run_dir, summary, config_text, figures))
     return path

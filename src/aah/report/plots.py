@@ -145,3 +145,25 @@ def final_window_map(windows: list[list[int]], seq_len: int, path: Path) -> Path
     image = _heatmap(ax, windows, seq_len, f"final windows (T = {seq_len})", True)
     _colorbar(fig, image, ax, seq_len)
     return _save(fig, path)
+
+
+def cut_window_curve(rows: list[Record], path: Path) -> Path:
+    """Bits/byte (and recall accuracy, if present) with every head cut to w, against w."""
+    plt = _pyplot()
+    cuts = [r for r in rows if r.get("window") is not None]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    xs = [r["window"] for r in cuts]
+    ax.plot(xs, [r["val_bpb"] for r in cuts], "o-", label="bits/byte", markersize=4)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("window every head is cut to (test time)")
+    ax.set_ylabel("bits/byte")
+    ax.set_title("context use")
+    ax.grid(alpha=0.3)
+    if any(r.get("val_acc") is not None for r in cuts):
+        acc = ax.twinx()
+        acc.plot(xs, [r.get("val_acc") for r in cuts], "s--", color="C1", label="recall accuracy")
+        acc.set_ylabel("recall accuracy")
+        acc.set_ylim(0, 1.05)
+        acc.legend(loc="upper center")
+    ax.legend(loc="upper right")
+    return _save(fig, path)
