@@ -21,6 +21,8 @@ class DataConfig:
     max_bytes:    optional cap on total corpus bytes, taken in the stable file order.
     cache_dir:    token cache folder ("~" expanded); the env var AAH_CACHE_DIR overrides it
                   when set and non-empty.
+    recall_words: synthetic:recall only: background words between two records (0 = records
+                  back to back: the densest supervision).
 
     `validate()` raises `ValueError` naming the first bad field.
     """
@@ -30,6 +32,7 @@ class DataConfig:
     val_fraction: float = 0.05
     max_bytes: int | None = None
     cache_dir: str = "~/.cache/aah"
+    recall_words: int = 3
 
     def validate(self) -> None:
         """Raise `ValueError` naming the field if any value is out of its domain."""
@@ -47,6 +50,9 @@ class DataConfig:
         mb = self.max_bytes
         if mb is not None and (isinstance(mb, bool) or not isinstance(mb, int) or mb < 2):
             raise ValueError(f"data.max_bytes must be an int >= 2 or None, got {mb!r}")
+        rw = self.recall_words
+        if isinstance(rw, bool) or not isinstance(rw, int) or not 0 <= rw <= 64:
+            raise ValueError(f"data.recall_words must be an int in [0, 64], got {rw!r}")
         if not isinstance(self.cache_dir, str) or not self.cache_dir.strip():
             raise ValueError(f"data.cache_dir must be a non-empty string, got {self.cache_dir!r}")
 

@@ -96,13 +96,14 @@ def _synthetic_splits(cfg: DataConfig, seq_len: int | None) -> TokenSplits:
     if seq_len is None:
         raise ValueError("data.corpus synthetic:recall needs the model's sequence length")
     n_train = cfg.max_bytes or SYNTHETIC_TRAIN_BYTES
-    train = generate_recall(n_train, seq_len, TASK_SEED + 1)
-    val = generate_recall(SYNTHETIC_VAL_BYTES, seq_len, TASK_SEED + 2)
+    words = cfg.recall_words
+    train = generate_recall(n_train, seq_len, TASK_SEED + 1, words)
+    val = generate_recall(SYNTHETIC_VAL_BYTES, seq_len, TASK_SEED + 2, words)
     return TokenSplits(
         train=train.tokens,
         val=val.tokens,
         name="synthetic:recall",
-        content_hash=f"synthetic-recall-T{seq_len}-{n_train}",
+        content_hash=f"synthetic-recall-T{seq_len}-{n_train}-w{words}",
         n_files_train=1,
         n_files_val=1,
         val_answer_distance=val.answer_distance,

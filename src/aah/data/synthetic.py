@@ -7,10 +7,11 @@ back, and only at known positions:
   (fixed by `TASK_SEED`, the same for every split): local structure that short windows
   capture (a word's letters follow from its first ones);
 - records `#KK=VVVV`: a key of two capitals, a value of four digits, fresh and random;
-- queries: a record written again, word for word, `distance` bytes after the original,
-  with `distance` drawn from power-of-two buckets [16, 32), [32, 64), ... up to the
-  sequence length. The four value bytes of a query are its answers: predictable only by
-  finding the key earlier in the context and copying what followed it.
+- queries: a record written again, word for word, `distance` bytes after its latest copy
+  (so no nearer copy exists), with `distance` drawn from power-of-two buckets [16, 32),
+  [32, 64), ... up to the sequence length. The four value bytes of a query are its
+  answers: predictable only by finding the key earlier in the context and copying what
+  followed it.
 
 The stream is stationary (records and queries keep coming), so any training window holds
 answerable queries and the ordinary next-byte loss trains on them. `answer_distance[i] = d`
@@ -61,8 +62,9 @@ def _lexicon() -> list[np.ndarray]:
     return [rng.choice(LETTERS, int(rng.integers(3, 7))) for _ in range(64)]
 
 
-def generate_recall(n_tokens: int, seq_len: int, seed: int) -> RecallStream:
-    """A stream of at least `n_tokens` bytes for sequences of `seq_len` (module docstring)."""
+def generate_recall(n_tokens: int, seq_len: int, seed: int, words: int = 3) -> RecallStream:
+    """A stream of at least `n_tokens` bytes for sequences of `seq_len` (module docstring),
+    with `words` background words before each record."""
     if n_tokens < 1 or seq_len < 2 * MIN_DISTANCE:
         raise ValueError(
             f"synthetic:recall needs n_tokens >= 1 and a sequence length >= {2 * MIN_DISTANCE}, "
@@ -76,7 +78,8 @@ def generate_recall(n_tokens: int, seq_len: int, seed: int) -> RecallStream:
     lexicon = _lexicon()
     pos = 0
     while pos < n_tokens:
-        text = np.concatenate([lexicon[i] for i in rng.integers(len(lexicon), size=3)])
+        picks = rng.integers(len(lexicon), size=words)
+        text = np.concatenate([lexicon[i] for i in picks]) if words else np.empty(0, np.uint8)
         pieces.append(text)
         dists.append(np.zeros(text.size, dtype=np.int32))
         pos += text.size
@@ -87,8 +90,8 @@ def generate_recall(n_tokens: int, seq_len: int, seed: int) -> RecallStream:
         marks = np.zeros(RECORD_LEN, dtype=np.int32)
         if distance:
             marks[VALUE_AT:] = distance
-        else:
-            records.append((pos, record))
+            records.remove((pos - distance, record))  # the latest copy is the source from now on
+        records.append((pos, record))
         dists.append(marks)
         pos += RECORD_LEN
     return RecallStream(np.concatenate(pieces), np.concatenate(dists))
