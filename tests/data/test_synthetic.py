@@ -99,17 +99,21 @@ def test_accuracy_counts_only_answers_whose_source_is_in_the_window():
     assert zeros["val_acc"] == pytest.approx(hit / count)
 
 
-def test_training_on_recall_logs_accuracy(tmp_path):
-    out = tmp_path / "run"
-    args = [
+def recall_run(out, *, seq_len, steps):
+    """`aah train` arguments of a tiny full-attention run on synthetic:recall."""
+    return [
         "train", "--out", str(out), "--no-progress", "--data.corpus", "synthetic:recall",
         "--data.max_bytes", "40000", "--model.n_layer", "1", "--model.n_head", "2",
-        "--model.n_kv_head", "2", "--model.d_model", "16", "--model.max_seq_len", "32",
-        "--train.batch_size", "4", "--train.max_steps", "4", "--train.eval_interval", "2",
+        "--model.n_kv_head", "2", "--model.d_model", "16", "--model.max_seq_len", str(seq_len),
+        "--train.batch_size", "4", "--train.max_steps", str(steps), "--train.eval_interval", "2",
         "--train.eval_batches", "2", "--train.log_interval", "2", "--train.threads", "1",
         "--controller.policy", "full",
     ]  # fmt: skip
-    assert main(args) == 0
+
+
+def test_training_on_recall_logs_accuracy(tmp_path):
+    out = tmp_path / "run"
+    assert main(recall_run(out, seq_len=32, steps=4)) == 0
     evals = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
     assert all(0.0 <= r["val_acc"] <= 1.0 for r in evals if "val_loss" in r)
     summary = json.loads((out / "summary.json").read_text())
@@ -126,14 +130,7 @@ def test_recall_needs_a_long_enough_sequence():
 
 def test_cut_windows_curve_on_a_recall_run(tmp_path, capsys):
     out = tmp_path / "run"
-    args = [
-        "train", "--out", str(out), "--no-progress", "--data.corpus", "synthetic:recall",
-        "--data.max_bytes", "40000", "--model.n_layer", "1", "--model.n_head", "2",
-        "--model.n_kv_head", "2", "--model.d_model", "16", "--model.max_seq_len", "64",
-        "--train.batch_size", "4", "--train.max_steps", "2", "--train.eval_interval", "2",
-        "--train.eval_batches", "2", "--train.threads", "1", "--controller.policy", "full",
-    ]  # fmt: skip
-    assert main(args) == 0
+    assert main(recall_run(out, seq_len=64, steps=2)) == 0
     capsys.readouterr()
     assert main(["eval", str(out), "--cut-windows", "4,16", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
