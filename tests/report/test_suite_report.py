@@ -222,6 +222,9 @@ def test_report_lists_every_regime_and_tables(report: str, results: Path) -> Non
     assert "Missing cells (tables use the seeds present): budget-s2." in report
     assert "Not finished, left out: budget-s2." in report
     assert "| `fixed` | -0.1000 | 0.0100 |" in report
+    assert "coverage over training" in report
+    fixed_row = next(l for l in report.splitlines() if l.startswith("| `fixed` | 3 |"))
+    assert fixed_row.split(" | ")[6] == "0.300"  # mean of the logged coverage (0.3 throughout)
     assert "2 × 2 × 64 = 256 validation tokens" in report
     quality = report.index("### Quality and cost")
     order = [
