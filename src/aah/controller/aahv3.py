@@ -24,7 +24,7 @@ caches. Every forward after warm-up steps the window-index EMA with the latest p
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -48,17 +48,17 @@ REGIMES = ("full-adaptive", "shallow-freeze", "deep-reuse", "grouping-off", "fix
 
 @dataclass(frozen=True)
 class Settings:
-    """What a layer controller needs to know; defaults are the paper's main rows."""
+    """What a layer controller needs to know (from a ControllerConfig: adaptive.settings_for)."""
 
-    regime: str = "full-adaptive"
-    rule: GroupingRule = field(default_factory=GroupingRule)
-    warmup_steps: int = 100
-    interval: int = 5
-    feature_ema: float = 0.9
-    window_ema: float = 0.15
-    parent_constraint: bool = True
-    joint_scoring: bool = True
-    grouping_seed: int = 0
+    regime: str
+    rule: GroupingRule
+    warmup_steps: int
+    interval: int
+    feature_ema: float
+    window_ema: float
+    parent_constraint: bool
+    joint_scoring: bool
+    grouping_seed: int
 
 
 @dataclass
