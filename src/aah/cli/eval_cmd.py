@@ -37,7 +37,6 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     from aah.eval.context_use import cut_window_curve, parse_cuts
     from aah.eval.evaluate import evaluate_loss, peak_rss_mb, plan_diagnostics
     from aah.eval.load import load_run
-    from aah.eval.recall import recall_accuracy
     from aah.eval.windowmap import window_map
     from aah.train.distributed import resolve_device
 
@@ -53,20 +52,14 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     batch_size = args.batch_size or config.train.batch_size
     seq_len = config.seq_len
 
+    answers = splits.val_answer_distance if args.split == "val" else splits.train_answer_distance
+
     def score() -> dict:
-        ev = evaluate_loss(
+        return evaluate_loss(
             model, tokens, batch_size=batch_size, seq_len=seq_len,
-            max_batches=batches or None, device=device,
+            max_batches=batches or None, device=device, answers=answers,
+            buckets=splits.answer_buckets or (),
         )  # fmt: skip
-        if splits.val_answer_distance is not None and args.split == "val":
-            ev.update(
-                recall_accuracy(
-                    model, tokens, splits.val_answer_distance, seq_len=seq_len,
-                    batch_size=batch_size, max_windows=(batches * batch_size) or None,
-                    device=device,
-                )
-            )  # fmt: skip
-        return ev
 
     ev = score()
     plan = model.window_plan()
@@ -95,8 +88,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     )
     if "val_acc" in ev:
         by = ", ".join(f"{k}: {_pct(v)}" for k, v in ev["val_acc_by_distance"].items())
-        answers = f"{ev['val_answers']} answers"
-        print(f"recall accuracy {_pct(ev['val_acc'])} ({answers}) | by distance {by}")
+        n = ev["val_answers"]
+        print(f"recall accuracy {_pct(ev['val_acc'])} ({n} answers) | by distance {by}")
     print(window_map(plan, seq_len))
     if cuts:
         curve = cut_window_curve(model, score, cuts)
@@ -104,7 +97,10 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         result["cut_windows"] = [{k: r[k] for k in keep if k in r} for r in curve]
         print("every head cut to w (test time):")
         for row in result["cut_windows"]:
-            acc = f" | recall {_pct(row['val_acc'])}" if "val_acc" in row else ""
+            acc = ""
+            if "val_acc" in row:
+                by = " ".join(_pct(v) for v in row["val_acc_by_distance"].values())
+                acc = f" | recall {_pct(row['val_acc'])} | by distance {by}"
             print(f"  {row['cut']:>13} | bits/byte {row['val_bpb']:.4f}{acc}")
         records.write_json(Path(args.run_dir) / "cut_windows.json", result["cut_windows"])
     if args.json:

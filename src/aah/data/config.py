@@ -3,26 +3,38 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import pairwise
 
 #: Corpora known by name; anything else must be `hf:<dataset>[:<config>]`.
-NAMED_CORPORA = ("python-stdlib", "shakespeare", "synthetic:recall")
+RECALL_FORMATS = ("fused", "pair")
+NAMED_CORPORA = ("python-stdlib", "shakespeare", "synthetic:recall", "synthetic:passkey")
 
 
 @dataclass
 class DataConfig:
     """Where the training text comes from and how it is split and cached.
 
-    corpus:       "python-stdlib" | "shakespeare" | "synthetic:recall" (generated, see
-                  aah.data.synthetic) | "hf:<dataset>[:<config>]"; ignored when `path` is set.
+    corpus:       "python-stdlib" | "shakespeare" | "synthetic:recall" | "synthetic:passkey"
+                  (generated tasks, see aah.data.synthetic) | "hf:<dataset>[:<config>]";
+                  ignored when `path` is set.
     path:         a user text file, or a folder of text files read recursively.
     val_fraction: share of files (chosen by a hash of their relative path) that go to
                   validation, strictly between 0 and 1; a single file is split by bytes.
     max_bytes:    optional cap on total corpus bytes, taken in the stable file order.
     cache_dir:    token cache folder ("~" expanded); the env var AAH_CACHE_DIR overrides it
                   when set and non-empty.
-    recall_words: synthetic:recall only: background words between two records (0 = records
-                  back to back: the densest supervision).
+    recall_words: synthetic:recall: background words before each record (0 = records back
+                  to back: the densest supervision, no local structure).
+    recall_keys:  synthetic:recall: key alphabet size (2-26, `A`...); at most this many
+                  bindings are live within a window; "fused" needs keys x values <= 128.
+    recall_values: synthetic tasks: value alphabet size (2-10, `0`...); chance accuracy is
+                  1 / recall_values.
+    recall_buckets: synthetic tasks: distance bucket edges, strictly increasing, the last at
+                  most the sequence length; [] = powers of two from 4 up to the sequence length.
+    recall_format: synthetic:recall: "fused" (a value byte >= 128 names its key: one
+                  attention hop answers, learned within minutes on a CPU) or "pair" (a digit:
+                  needs an induction circuit, which forms much later at small scale).
 
     `validate()` raises `ValueError` naming the first bad field.
     """
@@ -32,7 +44,11 @@ class DataConfig:
     val_fraction: float = 0.05
     max_bytes: int | None = None
     cache_dir: str = "~/.cache/aah"
-    recall_words: int = 3
+    recall_words: int = 1
+    recall_keys: int = 16
+    recall_values: int = 8
+    recall_buckets: list[int] = field(default_factory=list)
+    recall_format: str = "fused"
 
     def validate(self) -> None:
         """Raise `ValueError` naming the field if any value is out of its domain."""
@@ -53,8 +69,35 @@ class DataConfig:
         rw = self.recall_words
         if isinstance(rw, bool) or not isinstance(rw, int) or not 0 <= rw <= 64:
             raise ValueError(f"data.recall_words must be an int in [0, 64], got {rw!r}")
+        for name, high in (("recall_keys", 26), ("recall_values", 10)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 2 <= v <= high:
+                raise ValueError(f"data.{name} must be an int in [2, {high}], got {v!r}")
+        _check_edges(self.recall_buckets)
+        if self.recall_format not in RECALL_FORMATS:
+            raise ValueError(
+                f"data.recall_format must be one of {RECALL_FORMATS}, got {self.recall_format!r}"
+            )
+        if self.recall_format == "fused" and self.recall_keys * self.recall_values > 128:
+            raise ValueError(
+                "data.recall_keys x data.recall_values must be <= 128 for data.recall_format "
+                f"'fused' (one byte >= 128 per pair), got {self.recall_keys * self.recall_values}"
+            )
         if not isinstance(self.cache_dir, str) or not self.cache_dir.strip():
             raise ValueError(f"data.cache_dir must be a non-empty string, got {self.cache_dir!r}")
+
+
+def _check_edges(edges: object) -> None:
+    ok = isinstance(edges, (list, tuple)) and all(
+        isinstance(e, int) and not isinstance(e, bool) for e in edges
+    )
+    if ok and edges:
+        ok = len(edges) >= 2 and edges[0] >= 2 and all(a < b for a, b in pairwise(edges))
+    if not ok:
+        raise ValueError(
+            "data.recall_buckets must be [] or >= 2 strictly increasing ints >= 2 "
+            f"(bucket edges), got {edges!r}"
+        )
 
 
 def parse_corpus(corpus: str) -> tuple[str, str | None, str | None]:

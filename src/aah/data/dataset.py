@@ -21,8 +21,10 @@ class TokenSplits:
     content_hash:     hex key of the exact content and split settings (the cache folder name).
     n_files_train/_val: documents in each split (a single-file corpus counts 1 in each).
     n_files_skipped:  binary files skipped inside a folder (a warning says so too).
-    val_answer_distance: for synthetic:recall, (len(val),) int32: d > 0 marks an answer byte
-                  whose source is d bytes earlier (aah.data.synthetic); None for text corpora.
+    train_answer_distance, val_answer_distance: for synthetic tasks, int32 arrays as long as
+                  the split: d > 0 marks an answer byte whose source is d bytes earlier
+                  (aah.data.synthetic); None for text corpora.
+    answer_buckets: for synthetic tasks, the [lo, hi) distance buckets accuracy is reported in.
     """
 
     train: np.ndarray
@@ -32,12 +34,9 @@ class TokenSplits:
     n_files_train: int
     n_files_val: int
     n_files_skipped: int = 0
+    train_answer_distance: np.ndarray | None = None
     val_answer_distance: np.ndarray | None = None
-
-
-#: Bytes generated for synthetic:recall when data.max_bytes is not set (train; val is fixed).
-SYNTHETIC_TRAIN_BYTES = 2_000_000
-SYNTHETIC_VAL_BYTES = 262_144
+    answer_buckets: tuple[tuple[int, int], ...] | None = None
 
 
 def load_tokens(
@@ -48,11 +47,11 @@ def load_tokens(
     The corpus is always read (its content is the cache key); the split, encoding and writing
     happen only on a cache miss. `progress` shows a tqdm bar while reading files. Raises
     `ValueError` for bad config values and unusable inputs (see `aah.data.corpora`); the split
-    rule is in `aah.data.split`, the cache layout in `aah.data.cache`. `synthetic:recall` is
-    generated instead (no cache) and needs `seq_len`, which sets its distance buckets.
+    rule is in `aah.data.split`, the cache layout in `aah.data.cache`. `synthetic:*` tasks are
+    generated instead (no cache) and need `seq_len`, which sets their distance buckets.
     """
     cfg.validate()
-    if cfg.path is None and cfg.corpus == "synthetic:recall":
+    if cfg.path is None and cfg.corpus.startswith("synthetic:"):
         return _synthetic_splits(cfg, seq_len)
     corpus = read_corpus(cfg, progress=progress)
     key = cache.content_hash(corpus.documents, cfg.val_fraction, cfg.max_bytes)
@@ -89,22 +88,24 @@ def encode_split(plan: SplitPlan) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _synthetic_splits(cfg: DataConfig, seq_len: int | None) -> TokenSplits:
-    """Train and validation streams of synthetic:recall from two fixed seeds: the same bytes
-    for every run and seed of one sequence length."""
-    from aah.data.synthetic import TASK_SEED, generate_recall
+    """Train and validation streams of a generated task from two fixed seeds: validation is
+    the same bytes for every run and seed of one config and sequence length."""
+    from aah.data import synthetic
 
+    kind = cfg.corpus.split(":", 1)[1]
     if seq_len is None:
-        raise ValueError("data.corpus synthetic:recall needs the model's sequence length")
-    n_train = cfg.max_bytes or SYNTHETIC_TRAIN_BYTES
-    words = cfg.recall_words
-    train = generate_recall(n_train, seq_len, TASK_SEED + 1, words)
-    val = generate_recall(SYNTHETIC_VAL_BYTES, seq_len, TASK_SEED + 2, words)
+        raise ValueError(f"data.corpus {cfg.corpus} needs the model's sequence length")
+    n_train = cfg.max_bytes or synthetic.TRAIN_BYTES
+    train = synthetic.generate(kind, cfg, n_train, seq_len, synthetic.TASK_SEED + 1)
+    val = synthetic.generate(kind, cfg, synthetic.VAL_BYTES, seq_len, synthetic.TASK_SEED + 2)
     return TokenSplits(
         train=train.tokens,
         val=val.tokens,
-        name="synthetic:recall",
-        content_hash=f"synthetic-recall-T{seq_len}-{n_train}-w{words}",
+        name=cfg.corpus,
+        content_hash=synthetic.content_key(kind, cfg, n_train, seq_len),
         n_files_train=1,
         n_files_val=1,
+        train_answer_distance=train.answer_distance,
         val_answer_distance=val.answer_distance,
+        answer_buckets=tuple(synthetic.distance_buckets(seq_len, list(cfg.recall_buckets))),
     )

@@ -2,6 +2,11 @@
 
 Shapes: x, y are (B, T) int64 token ids with y[:, t] == x[:, t + 1] in the corpus, i.e.
 each batch row is a window of T + 1 consecutive tokens split into input and target.
+
+On request (a generated task's per-token answer distances given, see aah.data.synthetic),
+batches also carry `a`, (B, T) int64: a[:, t] = d > 0 when target y[:, t] is an answer whose
+source lies d tokens earlier inside the same window, else 0 (answers whose source the window
+cut off cannot be recalled, so they are not marked).
 """
 
 from __future__ import annotations
@@ -19,6 +24,23 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
     return int(value)
+
+
+def answer_marks(answers: np.ndarray, starts: np.ndarray, seq_len: int) -> torch.Tensor:
+    """(len(starts), seq_len) int64: the answer distance of each target of the windows at
+    `starts`, kept only where the source is inside the window (module docstring)."""
+    d = np.asarray(answers[starts[:, None] + np.arange(1, seq_len + 1)], dtype=np.int64)
+    # target t is token start + t + 1; its source, t + 1 - d tokens into the window
+    d[np.arange(1, seq_len + 1) - d < 0] = 0
+    return torch.from_numpy(d)
+
+
+def _check_answers(answers: np.ndarray | None, tokens: np.ndarray) -> np.ndarray | None:
+    if answers is not None and (answers.ndim != 1 or answers.size != tokens.size):
+        raise ValueError(
+            f"answers must be a 1-D array as long as tokens ({tokens.size}), got {answers.shape}"
+        )
+    return answers
 
 
 def _check_tokens(tokens: np.ndarray, seq_len: int) -> np.ndarray:
@@ -40,7 +62,8 @@ class BatchLoader:
     The stream is therefore a pure function of (seed, rank, i): ranks get different streams,
     and resuming is O(1), with no replay of earlier batches. `state_dict()` holds only ints.
     `world_size` is validated (0 <= rank < world_size) and recorded so that a state is not
-    restored into a differently-sharded run.
+    restored into a differently-sharded run. With `answers` (a generated task's distances),
+    `next_batch(with_answers=True)` also returns the answer marks of the batch.
     """
 
     def __init__(
@@ -52,6 +75,7 @@ class BatchLoader:
         seed: int,
         rank: int = 0,
         world_size: int = 1,
+        answers: np.ndarray | None = None,
     ) -> None:
         self.batch_size = _check_int("batch_size", batch_size, 1)
         self.seq_len = _check_int("seq_len", seq_len, 1)
@@ -61,6 +85,7 @@ class BatchLoader:
         if self.rank >= self.world_size:
             raise ValueError(f"rank must be < world_size = {self.world_size}, got {rank}")
         self.tokens = _check_tokens(tokens, self.seq_len)
+        self.answers = _check_answers(answers, self.tokens)
         self._root = np.random.SeedSequence([self.seed, self.rank])
         self._offsets = np.arange(self.seq_len + 1)
         self.batches = 0  # batches drawn so far: the only mutable state
@@ -71,12 +96,20 @@ class BatchLoader:
         rng = np.random.Generator(np.random.PCG64(child))
         return rng.integers(0, self.tokens.size - self.seq_len, size=self.batch_size)
 
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x, y), each (batch_size, seq_len) int64 on CPU; y is x shifted left by one token."""
+    def next_batch(self, *, with_answers: bool = False) -> tuple[torch.Tensor, ...]:
+        """(x, y), each (batch_size, seq_len) int64 on CPU; y is x shifted left by one token.
+
+        `with_answers`: (x, y, a) with the answer marks `a` (module docstring).
+        """
+        if with_answers and self.answers is None:
+            raise ValueError("with_answers=True needs a loader made with answers")
         starts = self._starts(self.batches)
         self.batches += 1
         windows = np.asarray(self.tokens[starts[:, None] + self._offsets], dtype=np.int64)
-        return torch.from_numpy(windows[:, :-1].copy()), torch.from_numpy(windows[:, 1:].copy())
+        x, y = torch.from_numpy(windows[:, :-1].copy()), torch.from_numpy(windows[:, 1:].copy())
+        if with_answers:
+            return x, y, answer_marks(self.answers, starts, self.seq_len)
+        return x, y
 
     def state_dict(self) -> dict[str, int]:
         """JSON-serialisable state (ints only) that continues the stream bit for bit."""
@@ -105,26 +138,37 @@ class BatchLoader:
 
 
 def eval_batches(
-    tokens: np.ndarray, batch_size: int, seq_len: int, max_batches: int | None = None
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    tokens: np.ndarray,
+    batch_size: int,
+    seq_len: int,
+    max_batches: int | None = None,
+    *,
+    answers: np.ndarray | None = None,
+) -> Iterator[tuple[torch.Tensor, ...]]:
     """Deterministic eval batches: contiguous, non-overlapping windows from the split's start.
 
     Window j has x = tokens[j*T : (j+1)*T] and y = tokens[j*T+1 : (j+1)*T+1], for all
     j < (len - 1) // T, so every target is scored exactly once; the trailing remainder (< T
     tokens) is dropped. Windows are grouped in order into batches of `batch_size`; the last
     batch may be smaller. At most `max_batches` batches. Arguments are checked eagerly.
+    With `answers` (a generated task's distances), batches are (x, y, a) with answer marks.
     """
     batch_size = _check_int("batch_size", batch_size, 1)
     seq_len = _check_int("seq_len", seq_len, 1)
     if max_batches is not None:
         max_batches = _check_int("max_batches", max_batches, 1)
     tokens = _check_tokens(tokens, seq_len)
-    return _eval_iter(tokens, batch_size, seq_len, max_batches)
+    answers = _check_answers(answers, tokens)
+    return _eval_iter(tokens, batch_size, seq_len, max_batches, answers)
 
 
 def _eval_iter(
-    tokens: np.ndarray, batch_size: int, seq_len: int, max_batches: int | None
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    tokens: np.ndarray,
+    batch_size: int,
+    seq_len: int,
+    max_batches: int | None,
+    answers: np.ndarray | None,
+) -> Iterator[tuple[torch.Tensor, ...]]:
     n_windows = (tokens.size - 1) // seq_len
     for b, first in enumerate(range(0, n_windows, batch_size)):
         if max_batches is not None and b >= max_batches:
@@ -133,4 +177,8 @@ def _eval_iter(
         chunk = np.asarray(tokens[first * seq_len : (first + count) * seq_len + 1], np.int64)
         x = chunk[:-1].reshape(count, seq_len)
         y = chunk[1:].reshape(count, seq_len)
-        yield torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
+        batch = torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
+        if answers is not None:
+            starts = np.arange(first, first + count) * seq_len
+            batch = (*batch, answer_marks(answers, starts, seq_len))
+        yield batch

@@ -1,52 +1,62 @@
-"""`synthetic:recall`: associative recall at controlled distances over a local background.
+"""Generated long-range tasks on the byte vocabulary: `synthetic:recall` and `synthetic:passkey`.
 
-A byte stream, generated from a seed, that no model can predict well without attending far
-back, and only at known positions:
+Each task is a byte stream plus, for every byte, its answer distance: `d > 0` marks an answer
+byte that can only be predicted by copying the byte `d` positions earlier (its source); 0
+marks every other byte. Training uses the ordinary next-byte loss on the stream; evaluation
+also scores argmax accuracy at the answer bytes whose source lies in the same window,
+overall and per distance bucket. Streams are pure functions of (config, sequence length,
+seed); the train and validation streams use two fixed seeds, so validation is a held-out set
+that is the same for every run and seed of one config.
 
-- background: words drawn at random from a fixed lexicon of 64 words of 3 to 6 letters
-  (fixed by `TASK_SEED`, the same for every split): local structure that short windows
-  capture (a word's letters follow from its first ones);
-- records `#KK=VVVV`: a key of two capitals, a value of four digits, fresh and random;
-- queries: a record written again, word for word, `distance` bytes after its latest copy
-  (so no nearer copy exists), with `distance` drawn from power-of-two buckets [16, 32),
-  [32, 64), ... up to the sequence length. The four value bytes of a query are its
-  answers: predictable only by finding the key earlier in the context and copying what
-  followed it.
-
-The stream is stationary (records and queries keep coming), so any training window holds
-answerable queries and the ordinary next-byte loss trains on them. `answer_distance[i] = d`
-marks byte i as an answer whose source byte is i - d (0 elsewhere): an answer counts for
-accuracy in a window only when its source lies in the same window.
+The background between facts is words from a fixed lexicon (a seeded source with local
+structure: a word's letters follow from its first ones), so short windows predict it and
+only the answers need long ones. Alphabets are disjoint: background `a`-`p`, keys `A`-`Z`,
+values `0`-`9` (or bytes >= 128, see `aah.data.recall`), markers `#`.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
-#: Fixes the background chain, the same for every split and seed.
+from aah.data.config import DataConfig
+
+#: Fixes the lexicon (the same for every split and seed) and the two split seeds.
 TASK_SEED = 20_261_201
-LETTERS = np.frombuffer(b"abcdefghijklmnop", dtype=np.uint8)
-CAPITALS = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", dtype=np.uint8)
-DIGITS = np.frombuffer(b"0123456789", dtype=np.uint8)
-RECORD_LEN = 8  # '#', 2 key bytes, '=', 4 value bytes
-VALUE_AT = 4  # offset of the first value byte in a record
-MIN_DISTANCE = 16
+LETTERS = b"abcdefghijklmnop"
+KEYS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+VALUES = b"0123456789"
+MARKER = ord("#")
+FIRST_EDGE = 4  # the default buckets start at distance 4: [4, 8), [8, 16), ... up to T
+LEXICON_SIZE = 64
+#: Bytes generated for the train stream when data.max_bytes is not set; val is fixed.
+TRAIN_BYTES = 2_000_000
+VAL_BYTES = 262_144
 
 
 @dataclass(frozen=True)
-class RecallStream:
+class TaskStream:
     """tokens (N,) uint8 and answer_distance (N,) int32 (see the module docstring)."""
 
     tokens: np.ndarray
     answer_distance: np.ndarray
 
 
-def distance_buckets(seq_len: int) -> list[tuple[int, int]]:
-    """[lo, hi) power-of-two distance buckets from 16 up to the sequence length."""
-    out, lo = [], MIN_DISTANCE
+def distance_buckets(seq_len: int, edges: list[int] | None = None) -> list[tuple[int, int]]:
+    """[lo, hi) distance buckets: consecutive `edges`, or powers of two from 4 up to seq_len.
+
+    ValueError names data.recall_buckets when explicit edges do not fit the sequence length.
+    """
+    if edges:
+        if edges[-1] > seq_len:
+            raise ValueError(
+                f"data.recall_buckets: the last edge must be <= the sequence length {seq_len}, "
+                f"got {list(edges)}"
+            )
+        return list(pairwise(edges))
+    out, lo = [], FIRST_EDGE
     while lo < seq_len:
         out.append((lo, min(2 * lo, seq_len)))
         lo *= 2
@@ -57,65 +67,58 @@ def bucket_label(lo: int, hi: int) -> str:
     return f"{lo}-{hi - 1}"
 
 
-def _lexicon() -> list[np.ndarray]:
+class Draws:
+    """Uniform floats from a seeded numpy generator, served one at a time from chunks
+    (a scalar numpy call per draw would dominate the generation time)."""
+
+    def __init__(self, seed: int, chunk: int = 65_536) -> None:
+        self._rng = np.random.default_rng(seed)
+        self._chunk = chunk
+        self._buf: list[float] = []
+        self._i = 0
+
+    def uniform(self) -> float:
+        if self._i == len(self._buf):
+            self._buf, self._i = self._rng.random(self._chunk).tolist(), 0
+        self._i += 1
+        return self._buf[self._i - 1]
+
+    def below(self, n: int) -> int:
+        """An int in [0, n)."""
+        return min(int(self.uniform() * n), n - 1)
+
+
+def lexicon() -> list[bytes]:
+    """The fixed background words: 64 words of 3 to 6 letters from `a`-`p`."""
     rng = np.random.default_rng(TASK_SEED)
-    return [rng.choice(LETTERS, int(rng.integers(3, 7))) for _ in range(64)]
+    letters = np.frombuffer(LETTERS, dtype=np.uint8)
+    return [rng.choice(letters, int(rng.integers(3, 7))).tobytes() for _ in range(LEXICON_SIZE)]
 
 
-def generate_recall(n_tokens: int, seq_len: int, seed: int, words: int = 3) -> RecallStream:
-    """A stream of at least `n_tokens` bytes for sequences of `seq_len` (module docstring),
-    with `words` background words before each record."""
-    if n_tokens < 1 or seq_len < 2 * MIN_DISTANCE:
-        raise ValueError(
-            f"synthetic:recall needs n_tokens >= 1 and a sequence length >= {2 * MIN_DISTANCE}, "
-            f"got {n_tokens} and {seq_len}"
-        )
-    rng = np.random.default_rng(seed)
-    buckets = distance_buckets(seq_len)
-    pieces: list[np.ndarray] = []
-    dists: list[np.ndarray] = []
-    records: deque[tuple[int, bytes]] = deque()  # (start, the 8 bytes), the last T bytes'
-    lexicon = _lexicon()
-    pos = 0
-    while pos < n_tokens:
-        picks = rng.integers(len(lexicon), size=words)
-        text = np.concatenate([lexicon[i] for i in picks]) if words else np.empty(0, np.uint8)
-        pieces.append(text)
-        dists.append(np.zeros(text.size, dtype=np.int32))
-        pos += text.size
-        while records and pos - records[0][0] >= seq_len:
-            records.popleft()
-        record, distance = _next_record(rng, records, pos, buckets, seq_len)
-        pieces.append(np.frombuffer(record, dtype=np.uint8))
-        marks = np.zeros(RECORD_LEN, dtype=np.int32)
-        if distance:
-            marks[VALUE_AT:] = distance
-            records.remove((pos - distance, record))  # the latest copy is the source from now on
-        records.append((pos, record))
-        dists.append(marks)
-        pos += RECORD_LEN
-    return RecallStream(np.concatenate(pieces), np.concatenate(dists))
+def background(draws: Draws, words: list[bytes], n_words: int) -> bytes:
+    return b"".join(words[draws.below(len(words))] for _ in range(n_words))
 
 
-def _next_record(
-    rng: np.random.Generator,
-    records: deque[tuple[int, bytes]],
-    pos: int,
-    buckets: list[tuple[int, int]],
-    seq_len: int,
-) -> tuple[bytes, int]:
-    """A query of an earlier record (half the time, if one lies in the drawn bucket) or a new
-    record whose key no record within the last `seq_len` bytes uses."""
-    if rng.random() < 0.5:
-        lo, hi = buckets[int(rng.integers(len(buckets)))]
-        in_range = [(p, r) for p, r in records if lo <= pos - p < hi]
-        if in_range:
-            p, record = in_range[int(rng.integers(len(in_range)))]
-            return record, pos - p
-    recent = {r[1:3] for _, r in records}
-    while True:
-        key = bytes(rng.choice(CAPITALS, 2))
-        if key not in recent:
-            break
-    value = bytes(rng.choice(DIGITS, 4))
-    return b"#" + key + b"=" + value, 0
+def generate(kind: str, cfg: DataConfig, n_tokens: int, seq_len: int, seed: int) -> TaskStream:
+    """The stream of task `kind` ("recall" or "passkey") with the task fields of `cfg`."""
+    from aah.data.passkey import generate_passkey
+    from aah.data.recall import generate_recall
+
+    edges = list(cfg.recall_buckets) or None
+    if kind == "recall":
+        return generate_recall(
+            n_tokens, seq_len, seed, words=cfg.recall_words, n_keys=cfg.recall_keys,
+            n_values=cfg.recall_values, edges=edges, fused=cfg.recall_format == "fused",
+        )  # fmt: skip
+    if kind == "passkey":
+        return generate_passkey(n_tokens, seq_len, seed, n_values=cfg.recall_values, edges=edges)
+    raise ValueError(f"data.corpus: unknown synthetic task {kind!r}")
+
+
+def content_key(kind: str, cfg: DataConfig, n_train: int, seq_len: int) -> str:
+    """A name for the generated content: every field that changes the bytes."""
+    edges = "-".join(map(str, cfg.recall_buckets)) or "pow2"
+    return (
+        f"synthetic-{kind}-T{seq_len}-n{n_train}-w{cfg.recall_words}-k{cfg.recall_keys}"
+        f"-v{cfg.recall_values}-b{edges}-{cfg.recall_format}"
+    )

@@ -9,6 +9,7 @@ import math
 import resource
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from torch import nn
 from aah.attention import coverage, executed_elements
 from aah.attention.cost import causal_pairs
 from aah.data import eval_batches
+from aah.eval.recall import RecallCounter
 
 EXECUTED_BACKENDS = ("grouped", "banded", "dense")
 
@@ -33,16 +35,23 @@ def evaluate_loss(
     max_batches: int | None = None,
     device: torch.device | str = "cpu",
     autocast_dtype: torch.dtype | None = None,
-) -> dict[str, float]:
-    """Mean next-byte loss over deterministic validation windows, bpb, and forward tokens/s."""
+    answers: np.ndarray | None = None,
+    buckets: Sequence[tuple[int, int]] = (),
+) -> dict[str, Any]:
+    """Mean next-byte loss over deterministic validation windows, bpb, and forward tokens/s.
+
+    With `answers` (a generated task's per-token answer distances) the same pass also scores
+    recall accuracy, overall and per distance bucket (`aah.eval.recall.RecallCounter`).
+    """
     was_training = model.training
     model.eval()
     device = torch.device(device)
     total, count = 0.0, 0
+    recall = RecallCounter(buckets) if answers is not None else None
     start = time.perf_counter()
     try:
-        for x, y in eval_batches(tokens, batch_size, seq_len, max_batches):
-            x, y = x.to(device), y.to(device)
+        for batch in eval_batches(tokens, batch_size, seq_len, max_batches, answers=answers):
+            x, y = batch[0].to(device), batch[1].to(device)
             with torch.autocast(
                 device.type,
                 dtype=autocast_dtype or torch.float32,
@@ -54,6 +63,8 @@ def evaluate_loss(
             )
             total += float(loss)
             count += y.numel()
+            if recall is not None:
+                recall.add(logits, y, batch[2])
     finally:
         model.train(was_training)
     seconds = time.perf_counter() - start
@@ -63,6 +74,7 @@ def evaluate_loss(
         "val_bpb": val_loss / math.log(2),
         "eval_tokens": count,
         "eval_tokens_per_s": count / seconds if seconds > 0 else float("nan"),
+        **(recall.result() if recall is not None else {}),
     }
 
 

@@ -1,66 +1,50 @@
-"""Recall accuracy: argmax predictions at the answer bytes of a synthetic:recall split.
+"""Recall accuracy: argmax prediction == target at the answer positions of a generated task.
 
-Windows are contiguous and non-overlapping from the split's start, as for the loss. An
-answer byte counts in a window only if its source byte lies in the same window (so the
-model could have seen it); accuracy is reported overall and per distance bucket.
+Answer marks come with the batches (`aah.data.loader`): a target is counted only when its
+source lies in the same window, so the model could have seen it. Accuracy is reported
+overall and per distance bucket (`aah.data.synthetic.distance_buckets`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
-from torch import nn
 
-from aah.data.synthetic import bucket_label, distance_buckets
+from aah.data.synthetic import bucket_label
 
 
-@torch.no_grad()
-def recall_accuracy(
-    model: nn.Module,
-    tokens: np.ndarray,
-    answer_distance: np.ndarray,
-    *,
-    seq_len: int,
-    batch_size: int,
-    max_windows: int | None = None,
-    device: torch.device | str = "cpu",
-) -> dict[str, Any]:
-    """{"val_acc", "val_acc_by_distance": {bucket label: accuracy}, "val_answers": count}."""
-    n_windows = (tokens.size - 1) // seq_len
-    if max_windows is not None:
-        n_windows = min(n_windows, max_windows)
-    buckets = distance_buckets(seq_len)
-    hits = np.zeros(len(buckets))
-    counts = np.zeros(len(buckets))
-    was_training = model.training
-    model.eval()
-    try:
-        for first in range(0, n_windows, batch_size):
-            starts = np.arange(first, min(first + batch_size, n_windows)) * seq_len
-            x = torch.from_numpy(
-                np.stack([tokens[s : s + seq_len] for s in starts]).astype(np.int64)
-            )
-            pred = model(x.to(device)).argmax(dim=-1).cpu().numpy()
-            for row, s in enumerate(starts):
-                target = np.asarray(tokens[s + 1 : s + seq_len + 1])
-                dist = np.asarray(answer_distance[s + 1 : s + seq_len + 1])
-                # byte i = s + 1 + j is an answer whose source i - d lies in this window
-                ok = (dist > 0) & (np.arange(1, seq_len + 1) - dist >= 0)
-                right = pred[row] == target
-                for b, (lo, hi) in enumerate(buckets):
-                    sel = ok & (dist >= lo) & (dist < hi)
-                    counts[b] += sel.sum()
-                    hits[b] += (right & sel).sum()
-    finally:
-        model.train(was_training)
-    total = counts.sum()
-    return {
-        "val_acc": float(hits.sum() / total) if total else None,
-        "val_acc_by_distance": {
-            bucket_label(lo, hi): float(hits[b] / counts[b]) if counts[b] else None
-            for b, (lo, hi) in enumerate(buckets)
-        },
-        "val_answers": int(total),
-    }
+class RecallCounter:
+    """Hits and counts at answer targets, overall and per [lo, hi) distance bucket."""
+
+    def __init__(self, buckets: Sequence[tuple[int, int]]) -> None:
+        self.buckets = [(int(lo), int(hi)) for lo, hi in buckets]
+        self.hits = [0] * len(self.buckets)
+        self.counts = [0] * len(self.buckets)
+        self.total_hits = 0
+        self.total = 0
+
+    def add(self, logits: torch.Tensor, targets: torch.Tensor, marks: torch.Tensor) -> None:
+        """Count one batch: logits (B, T, V), targets and marks (B, T)."""
+        marks = marks.to(targets.device)
+        right = logits.argmax(dim=-1) == targets
+        answer = marks > 0
+        self.total += int(answer.sum())
+        self.total_hits += int((right & answer).sum())
+        for b, (lo, hi) in enumerate(self.buckets):
+            sel = (marks >= lo) & (marks < hi)
+            self.counts[b] += int(sel.sum())
+            self.hits[b] += int((right & sel).sum())
+
+    def result(self) -> dict[str, Any]:
+        """{"val_acc", "val_acc_by_distance": {bucket label: accuracy}, "val_answers"};
+        None where nothing was counted."""
+        return {
+            "val_acc": self.total_hits / self.total if self.total else None,
+            "val_acc_by_distance": {
+                bucket_label(lo, hi): (self.hits[b] / self.counts[b] if self.counts[b] else None)
+                for b, (lo, hi) in enumerate(self.buckets)
+            },
+            "val_answers": self.total,
+        }

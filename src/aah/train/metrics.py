@@ -9,7 +9,6 @@ import torch
 
 from aah.data import TokenSplits
 from aah.eval.evaluate import evaluate_loss, peak_rss_mb, plan_diagnostics
-from aah.eval.recall import recall_accuracy
 from aah.model import GPT
 from aah.train import distributed as dist_util
 from aah.train.run_config import RunConfig
@@ -65,26 +64,11 @@ def eval_record(
         max_batches=cfg.eval_batches,
         device=device,
         autocast_dtype=amp,
+        answers=splits.val_answer_distance,
+        buckets=splits.answer_buckets or (),
     )
-    record = {
-        "val_loss": ev["val_loss"],
-        "val_bpb": ev["val_bpb"],
-        "eval_tokens_per_s": ev["eval_tokens_per_s"],
-    }
-    if splits.val_answer_distance is not None:
-        acc = recall_accuracy(
-            model,
-            splits.val,
-            splits.val_answer_distance,
-            seq_len=seq_len,
-            batch_size=cfg.batch_size,
-            max_windows=cfg.eval_batches * cfg.batch_size if cfg.eval_batches else None,
-            device=device,
-        )
-        record.update(
-            {"val_acc": acc["val_acc"], "val_acc_by_distance": acc["val_acc_by_distance"]}
-        )
-    return record
+    keep = ("val_loss", "val_bpb", "eval_tokens_per_s", "val_acc", "val_acc_by_distance")
+    return {k: ev[k] for k in keep if k in ev}
 
 
 def wall_seconds(counters: Counters, wall_start: float) -> float:
