@@ -1,5 +1,6 @@
 """One self-contained HTML report for a run directory: figures inlined as base64 PNGs,
-the summary.json numbers as a table, and the resolved config.toml."""
+the summary.json numbers as a table, the context-use table when `aah eval --cut-windows`
+saved one, and the resolved config.toml."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ FIGURES = (
 SUMMARY_FORMATS = {
     "val_loss": ".4f",
     "val_bpb": ".4f",
+    "val_acc": ".3f",
     "acr": ".3f",
     "causal_coverage": ".3f",
     "executed_ratio": ".3f",
@@ -34,6 +36,8 @@ SUMMARY_FORMATS = {
 
 def format_value(key: str, value: Any) -> str:
     """A summary value as the report shows it (floats to a fixed number of digits)."""
+    if isinstance(value, dict):  # e.g. val_acc_by_distance
+        return ", ".join(f"{k}: {format_value(key, v)}" for k, v in value.items())
     if isinstance(value, bool) or not isinstance(value, int | float):
         return str(value)
     if isinstance(value, float):
@@ -64,6 +68,25 @@ def _summary_table(summary: dict[str, Any]) -> str:
     return f"<table>\n{rows}\n</table>"
 
 
+def _cut_table(rows: list[dict[str, Any]]) -> str:
+    """The context-use rows of cut_windows.json: bits/byte and recall accuracy per cut."""
+    buckets = list(rows[0].get("val_acc_by_distance") or {}) if rows else []
+    head = ["every head cut to", "bits/byte"] + (["recall", *buckets] if buckets else [])
+
+    def pct(value: Any) -> str:
+        return "n/a" if value is None else f"{100 * value:.1f}%"
+
+    body = []
+    for r in rows:
+        cells = [str(r["cut"]), f"{r['val_bpb']:.4f}"]
+        if buckets:
+            by = r.get("val_acc_by_distance") or {}
+            cells += [pct(r.get("val_acc")), *(pct(by.get(b)) for b in buckets)]
+        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    return f"<table>\n<tr>{header}</tr>\n" + "\n".join(body) + "\n</table>"
+
+
 def _figure(path: Path, caption: str) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     return (
@@ -81,8 +104,11 @@ pre { background: #f6f6f6; padding: 1em; overflow-x: auto; }
 """
 
 
-def render_page(run_dir: Path, summary: dict[str, Any], config_text: str, figures: str) -> str:
-    """The whole page as one string; it refers to no other file."""
+def render_page(
+    run_dir: Path, summary: dict[str, Any], config_text: str, figures: str, extra: str = ""
+) -> str:
+    """The whole page as one string; it refers to no other file. `extra`: HTML after the
+    summary (the context-use table)."""
     title = html.escape(f"aah report: {run_dir.name}")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
@@ -92,6 +118,7 @@ def render_page(run_dir: Path, summary: dict[str, Any], config_text: str, figure
 <p>Run directory: <code>{html.escape(str(run_dir))}</code></p>
 <h2>Summary</h2>
 {_summary_table(summary)}
+{extra}
 <h2>Figures</h2>
 {figures}
 <h2>Resolved config</h2>
@@ -129,11 +156,18 @@ def build_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     plots.final_window_map(plans[-1]["windows"], seq_len, out_dir / final)
 
     shown = list(FIGURES)
+    if any(r.get("val_acc_by_distance") for r in metrics):  # a generated task
+        plots.recall_curve(metrics, out_dir / "recall.png")
+        shown.append(("recall.png", "Recall accuracy at the answer bytes, by distance"))
+    extra = ""
     cut_file = run_dir / "cut_windows.json"
     if cut_file.exists():  # written by `aah eval RUN_DIR --cut-windows ...`
-        plots.cut_window_curve(records.read_json(cut_file), out_dir / "context_use.png")
+        cut_rows = records.read_json(cut_file)
+        plots.cut_window_curve(cut_rows, out_dir / "context_use.png")
         shown.append(("context_use.png", "Quality with every head cut to w at test time"))
+        extra = "<h2>Context use (every head cut to w at test time)</h2>\n" + _cut_table(cut_rows)
     figures = "\n".join(_figure(out_dir / name, caption) for name, caption in shown)
     path = out_dir / REPORT
-    records.write_text_atomic(path, render_page(run_dir, summary, config_text, figures))
+    page = render_page(run_dir, summary, config_text, figures, extra)
+    records.write_text_atomic(path, page)
     return path

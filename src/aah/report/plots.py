@@ -1,4 +1,5 @@
-"""Figures for one run: loss curves, coverage over training, window heatmaps, final window map.
+"""Figures for one run: loss curves, coverage over training, window heatmaps, final window map,
+and for generated tasks recall accuracy over training and the context-use curve.
 
 matplotlib is an extra (`aah[plots]`): it is imported inside each function, never at import time.
 Each function writes one PNG and returns its path.
@@ -147,13 +148,42 @@ def final_window_map(windows: list[list[int]], seq_len: int, path: Path) -> Path
     return _save(fig, path)
 
 
+def recall_curve(metrics: list[Record], path: Path) -> Path:
+    """Recall accuracy against step, overall and per distance bucket (generated tasks)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    evals = [r for r in metrics if r.get("val_acc_by_distance")]
+    labels = list(evals[-1]["val_acc_by_distance"]) if evals else []
+    for i, label in enumerate(labels):
+        rows = [(r["step"], r["val_acc_by_distance"].get(label)) for r in evals]
+        rows = [(s, v) for s, v in rows if v is not None]
+        if rows:
+            shade = plt.cm.viridis(i / max(len(labels) - 1, 1))
+            ax.plot([s for s, _ in rows], [v for _, v in rows], "-", color=shade, label=label)
+    steps, values = _series(metrics, "val_acc")
+    if steps:
+        ax.plot(steps, values, "k--", label="all answers", linewidth=2)
+    ax.set_xlabel("step")
+    ax.set_ylabel("accuracy at answer bytes")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("recall accuracy by distance")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", title="distance", ncol=2)
+    return _save(fig, path)
+
+
 def cut_window_curve(rows: list[Record], path: Path) -> Path:
-    """Bits/byte (and recall accuracy, if present) with every head cut to w, against w."""
+    """Bits/byte (and recall accuracy, if present) with every head cut to w, against w; the
+    plan in force as horizontal reference lines."""
     plt = _pyplot()
     cuts = [r for r in rows if r.get("window") is not None]
+    in_force = next((r for r in rows if r.get("window") is None), None)
     fig, ax = plt.subplots(figsize=(6, 3.5))
     xs = [r["window"] for r in cuts]
     ax.plot(xs, [r["val_bpb"] for r in cuts], "o-", label="bits/byte", markersize=4)
+    if in_force is not None:
+        ax.axhline(in_force["val_bpb"], color="C0", linestyle=":", label="plan in force")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("window every head is cut to (test time)")
     ax.set_ylabel("bits/byte")
@@ -161,9 +191,13 @@ def cut_window_curve(rows: list[Record], path: Path) -> Path:
     ax.grid(alpha=0.3)
     if any(r.get("val_acc") is not None for r in cuts):
         acc = ax.twinx()
-        acc.plot(xs, [r.get("val_acc") for r in cuts], "s--", color="C1", label="recall accuracy")
+        acc.plot(xs, [r.get("val_acc") for r in cuts], "s--", color="C1", label="recall, all")
+        far = list(cuts[-1].get("val_acc_by_distance") or {})[-1:]
+        if far:
+            far_acc = [(r.get("val_acc_by_distance") or {}).get(far[0]) for r in cuts]
+            acc.plot(xs, far_acc, "^--", color="C3", label=f"recall, distance {far[0]}")
         acc.set_ylabel("recall accuracy")
         acc.set_ylim(0, 1.05)
-        acc.legend(loc="upper center")
-    ax.legend(loc="upper right")
+        acc.legend(loc="upper center", fontsize="small")
+    ax.legend(loc="upper right", fontsize="small")
     return _save(fig, path)
