@@ -98,3 +98,30 @@ def test_bad_toml_names_section_and_key(tmp_path):
     path.write_text("[train]\nmax_steps = 'two'\n")
     with pytest.raises(ValueError, match=r"train\.max_steps"):
         RunConfig.from_toml(path)
+
+
+@pytest.mark.parametrize("text", ["inf", "nan", "-inf", "1e999"])
+@pytest.mark.parametrize(
+    "key",
+    ["train.lr", "train.grad_clip", "model.rope_base", "data.val_fraction", "controller.budget"],
+)
+def test_non_finite_numbers_are_rejected_naming_the_field(key, text):
+    with pytest.raises(ValueError, match=key.replace(".", r"\.") + ".*finite"):
+        RunConfig().override([(key, text)]).validate()
+
+
+def test_non_finite_values_fail_validation(tmp_path):
+    with pytest.raises(ValueError, match=r"train\.lr.*finite"):
+        TrainConfig(lr=math.inf).validate()
+    config = RunConfig()
+    config.model.rope_base = math.inf
+    with pytest.raises(ValueError, match=r"model\.rope_base.*finite"):
+        config.validate()
+    config = RunConfig()
+    config.data.val_fraction = math.nan
+    with pytest.raises(ValueError, match=r"data\.val_fraction.*finite"):
+        config.validate()
+    path = tmp_path / "c.toml"
+    path.write_text("[train]\nlr = inf\n")
+    with pytest.raises(ValueError, match=r"train\.lr.*finite"):
+        RunConfig.from_toml(path)

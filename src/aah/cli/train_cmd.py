@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -18,7 +19,21 @@ resume:
   aah train --resume RUN_DIR [--train.max_steps N]   continue exactly where it stopped
   (only train.max_steps and logging/eval/checkpoint cadence, device, threads may change;
   to extend a run exactly, set train.decay_steps to the final length from the start)
-exit codes: 0 done, 2 bad config, 130 stopped by Ctrl-C after writing a checkpoint
+  a run that stopped before its first checkpoint starts again from scratch (with a notice),
+  from --out or --resume; a run with a checkpoint or summary.json is never overwritten
+run directory lock:
+  RUN_DIR/train.lock (pid, host, start time) keeps a second trainer out while one runs;
+  a lock left by a trainer that no longer runs on this host is taken over with a notice
+divergence:
+  a non-finite training loss, or one above 10 x ln(vocab_size) nats (ten times a uniform
+  guess), stops the run (exit 2); the last good checkpoint stays, metrics.jsonl ends with
+  a line holding "diverged": true, and no summary.json is written
+output:
+  one line per evaluation (step, train/val loss, bits/byte, ACR) on stdout; progress bars
+  on stderr only when it is a terminal; a warning when controller.warmup_steps >=
+  train.max_steps for a windowed policy (the run would never leave full attention)
+exit codes: 0 done, 2 bad config / run directory in use / training diverged,
+  130 stopped by Ctrl-C after writing a checkpoint
 distributed: torchrun --nproc_per_node N -m aah train ... (gloo on CPU, nccl on CUDA)
 """
 
@@ -38,7 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE.toml", help="TOML config file")
     p.add_argument("--out", metavar="RUN_DIR", help="run directory (default runs/<time>-<policy>)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bars (also off when not a terminal)"
+    )
 
 
 def resolve_config(args: argparse.Namespace, extra: list[str]):  # -> RunConfig
@@ -67,12 +84,21 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         raise ValueError("--out cannot differ from --resume")
     run_dir = Path(args.resume or args.out or default_run_dir(config.controller.policy))
     from aah.cli.report import print_summary
+    from aah.train.divergence import TrainingDiverged
     from aah.train.loop import train
 
-    if os.environ.get("RANK", "0") == "0":
+    main_rank = os.environ.get("RANK", "0") == "0"
+    if main_rank:
         print(f"run: {run_dir}  (policy {config.controller.policy}, T = {config.seq_len}, "
               f"{config.train.max_steps} steps)", flush=True)  # fmt: skip
-    result = train(config, run_dir, resume=bool(args.resume), progress=not args.no_progress)
+        if (warning := warmup_warning(config)) is not None:
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
+    # Bars only on a terminal: in a log file their frames are noise.
+    progress = not args.no_progress and sys.stderr.isatty()
+    try:
+        result = train(config, run_dir, resume=bool(args.resume), progress=progress, echo=_echo)
+    except TrainingDiverged as err:
+        raise ValueError(str(err)) from None  # a one-line error, exit 2
     if not result.is_main:
         return 130 if result.interrupted else 0
     if result.interrupted:
@@ -85,6 +111,23 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     print_summary(run_dir, result.summary or {}, result.plan, config.seq_len)
     print(f"next: aah eval {run_dir} --json   |   aah plan export {run_dir}")
     return 0
+
+
+def warmup_warning(config) -> str | None:  # config: RunConfig
+    """Why a windowed run would never leave full attention, or None."""
+    ctrl, steps = config.controller, config.train.max_steps
+    # fixed, static and random may start windowed; the controllers always warm up first.
+    from_start = ctrl.windowed_from_start and ctrl.policy in ("fixed", "static", "random")
+    if ctrl.policy == "full" or from_start or ctrl.warmup_steps < steps:
+        return None
+    return (
+        f"controller.warmup_steps ({ctrl.warmup_steps}) >= train.max_steps ({steps}): policy "
+        f"{ctrl.policy!r} never leaves full attention in this run"
+    )
+
+
+def _echo(line: str) -> None:
+    print(line, flush=True)
 
 
 def default_run_dir(policy: str) -> str:

@@ -1,11 +1,14 @@
 """Run-directory files (the run-directory contract; see the README's "Command line").
 
 RUN_DIR/config.toml, metrics.jsonl, plans.jsonl, summary.json, checkpoints/last.pt.
+JSON is written strictly: a NaN or infinite number becomes null, and the record (a dict)
+names such keys in a "nonfinite" list, so every file parses with any JSON reader.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -15,12 +18,34 @@ METRICS = "metrics.jsonl"
 PLANS = "plans.jsonl"
 SUMMARY = "summary.json"
 CHECKPOINT = Path("checkpoints") / "last.pt"
+NONFINITE = "nonfinite"  # the key that names a record's non-finite numbers (written as null)
+
+
+def dumps(record: Any, **kwargs: Any) -> str:
+    """Strict JSON text of `record`: non-finite numbers as null, named under NONFINITE."""
+    bad: list[str] = []
+    clean = _finite(record, "", bad)
+    if bad and isinstance(clean, dict):
+        named = list(clean.get(NONFINITE) or [])
+        clean[NONFINITE] = named + [b for b in bad if b not in named]
+    return json.dumps(clean, allow_nan=False, **kwargs)
+
+
+def _finite(value: Any, where: str, bad: list[str]) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        bad.append(where)
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v, f"{where}.{k}" if where else str(k), bad) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v, f"{where}[{i}]", bad) for i, v in enumerate(value)]
+    return value
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
     """Append one JSON object as one line and flush it to the OS."""
     with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record, sort_keys=False) + "\n")
+        handle.write(dumps(record) + "\n")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -47,7 +72,7 @@ def truncate_after(path: Path, step: int, *, inclusive: bool = True) -> None:
     kept = rows[:1] + [
         r for r in rows[1:] if (s := int(r.get("step", 0))) < step or (inclusive and s == step)
     ]
-    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+    write_text_atomic(path, "".join(dumps(r) + "\n" for r in kept))
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -57,7 +82,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def write_json(path: Path, obj: dict[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2) + "\n")
+    write_text_atomic(path, dumps(obj, indent=2) + "\n")
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 POSITIONS = ("rope", "learned", "none", "alibi", "relative")
@@ -70,8 +71,8 @@ class GPTConfig:
             raise ValueError(f"model.position must be one of {POSITIONS}, got {self.position!r}")
         if self.position == "rope" and self.head_dim % 2:
             raise ValueError(f"model.position 'rope' needs an even head dim, got {self.head_dim}")
-        if not self.rope_base > 1.0:
-            raise ValueError(f"model.rope_base must be > 1, got {self.rope_base!r}")
+        if not (isinstance(self.rope_base, (int, float)) and 1.0 < self.rope_base < math.inf):
+            raise ValueError(f"model.rope_base must be a finite number > 1, got {self.rope_base!r}")
         if self.attention not in ATTENTIONS:
             raise ValueError(f"model.attention must be one of {ATTENTIONS}, got {self.attention!r}")
         if self.position in SCORE_BIAS_POSITIONS and self.attention in NO_SCORE_ATTENTIONS:

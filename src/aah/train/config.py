@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -56,9 +57,15 @@ class TrainConfig:
             low = 1 if name in positive else 0
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"train.{name} must be an int >= {low}, got {value!r}")
+        for name in ("lr", "min_lr", "weight_decay", "grad_clip", "beta1", "beta2"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"train.{name} must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"train.{name} must be a finite number, got {value!r}")
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            if value < 0:
                 raise ValueError(f"train.{name} must be a number >= 0, got {value!r}")
         if self.lr <= 0:
             raise ValueError(f"train.lr must be > 0, got {self.lr!r}")

@@ -1,12 +1,14 @@
 """Typed field values for dataclass configs: from TOML values or from command-line strings.
 
 Supported field types: int, float, bool, str, `X | None`, list/tuple of those, nested lists.
-Errors are ValueErrors that name the dotted key.
+Errors are ValueErrors that name the dotted key; a float must be finite.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import types
 import typing
 from dataclasses import fields, is_dataclass
@@ -70,14 +72,18 @@ def coerce(value: Any, tp: Any, key: str, *, from_text: bool = False) -> Any:
                 pass
         raise ValueError(f"{key} expects an integer, got {value!r}")
     if tp is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if from_text:
-            try:
-                return float(str(value).strip())
-            except ValueError:
-                pass
-        raise ValueError(f"{key} expects a number, got {value!r}")
+            number = float(value)
+        elif from_text:
+            with contextlib.suppress(ValueError):
+                number = float(str(value).strip())
+        if number is None:
+            raise ValueError(f"{key} expects a number, got {value!r}")
+        # inf/nan parse as floats (also in TOML) but no setting means them.
+        if not math.isfinite(number):
+            raise ValueError(f"{key} must be a finite number, got {value!r}")
+        return number
     if tp is str:
         if isinstance(value, str):
             return value

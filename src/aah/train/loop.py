@@ -1,5 +1,6 @@
 """The training loop: AdamW, warm-up + cosine LR, accumulation, clipping, control updates,
-periodic eval, JSONL metrics, atomic checkpoints, exact resume, graceful stop, and DDP.
+periodic eval, JSONL metrics, atomic checkpoints, exact resume, graceful stop, DDP, a
+divergence guard (aah.train.divergence) and a run-directory lock (aah.train.run_dir).
 
 Step numbering: `step` counts completed optimizer steps. A metrics line for step n is
 written after the n-th optimizer step. The controller is asked `wants_update(s)` before the
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,8 +30,10 @@ from aah.eval import records
 from aah.model import GPT
 from aah.train import distributed as dist_util
 from aah.train.checkpoint import load_run_checkpoint, save_checkpoint
+from aah.train.divergence import DivergenceGuard, TrainingDiverged, loss_limit
 from aah.train.metrics import eval_record, log_record, summary_record, wall_seconds
 from aah.train.run_config import RunConfig
+from aah.train.run_dir import claim
 from aah.train.schedule import learning_rate
 from aah.train.session import Counters, build_optimizer, checkpoint_payload, restore
 from aah.train.signals import StopRequest
@@ -44,6 +48,8 @@ TIMING_KEYS = (
     "train_s",
     "wall_s",
 )
+#: what the guard measured when an update, not the loss it came from, wrecked the weights.
+AFTER_UPDATE = "loss after the update"
 
 
 @dataclass
@@ -67,18 +73,31 @@ def _load_data(config: RunConfig, info: dist_util.DistInfo, progress: bool) -> T
 
 
 def train(
-    config: RunConfig, run_dir: str | Path, *, resume: bool = False, progress: bool = True
+    config: RunConfig,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    echo: Callable[[str], None] | None = None,
 ) -> TrainResult:
-    """Train (or resume) the run in `run_dir`; see the module docstring for the contract."""
+    """Train (or resume) the run in `run_dir`; see the module docstring for the contract.
+
+    A run directory holding a run without a checkpoint starts again from scratch (also when
+    asked to resume). `progress` shows bars on a terminal; `echo` (rank 0) receives one
+    line per evaluation. TrainingDiverged when the loss blows up (the last good checkpoint
+    stays); ValueError when another trainer holds `run_dir`.
+    """
     config.validate()
     info, device = dist_util.setup(config.train.device)
+    lock = None
     try:
         # Every rank uses rank 0's directory (a default name holds a timestamp).
         run_dir = Path(dist_util.broadcast_object(info, str(run_dir)))
-        if not resume and (run_dir / records.CONFIG).exists():
-            raise ValueError(f"run directory {str(run_dir)!r} already holds a run; use --resume")
-        return _train(config, run_dir, resume, progress, info, device)
+        lock, resume = claim(run_dir, resume, info)
+        return _train(config, run_dir, resume, progress, info, device, echo)
     finally:
+        if lock is not None:
+            lock.release()
         dist_util.teardown(info)
 
 
@@ -89,6 +108,7 @@ def _train(
     progress: bool,
     info: dist_util.DistInfo,
     device: torch.device,
+    echo: Callable[[str], None] | None,
 ) -> TrainResult:
     cfg, seq_len = config.train, config.seq_len
     if cfg.threads:
@@ -138,14 +158,17 @@ def _train(
     bar = tqdm(
         total=cfg.max_steps,
         initial=counters.step,
-        disable=not (progress and info.is_main),
+        disable=None if progress and info.is_main else True,  # None: only on a terminal
         dynamic_ncols=True,
-        leave=False,
+        leave=True,
         desc="train",
     )
     window = {"tokens": 0, "seconds": 0.0, "ctrl": 0.0}
     saved_at = counters.step if payload is not None else -1
     interrupted = False
+    guard = DivergenceGuard(loss_limit(config.model.vocab_size), info, device, amp, run_dir)
+    diverged: str | None = None  # the message, once the guard stopped the run
+    batch: tuple[torch.Tensor, torch.Tensor] | None = None  # the last one trained on
     last: dict[str, Any] = {}
     with StopRequest() as stop:
         while counters.step < cfg.max_steps:
@@ -178,13 +201,24 @@ def _train(
                     )
                     (loss / cfg.grad_accum).backward()
                 step_loss += float(loss.detach()) / cfg.grad_accum
+            batch = (x, y)
+            if guard.loss_diverged(step_loss):  # checked before the update can spread it
+                diverged = guard.stop("train loss", s + 1, step_loss, lr, counters.tokens, saved_at)
+                break
             if cfg.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            n = s + 1
+            is_ckpt = (cfg.checkpoint_interval and n % cfg.checkpoint_interval == 0) or (
+                n == cfg.max_steps
+            )
+            # Never checkpoint weights the update wrecked: the one on disk stays the last good.
+            if is_ckpt and (bad := guard.weights_loss(model, batch)) is not None:
+                diverged = guard.stop(AFTER_UPDATE, n, bad, lr, counters.tokens, saved_at)
+                break
             ctrl_s = _control(policy, model, info, s, captured, run_dir) if want else 0.0
             step_s = time.perf_counter() - t0
-            n = s + 1
             step_tokens = cfg.batch_size * seq_len * cfg.grad_accum * info.world_size
             counters.step, counters.tokens = n, counters.tokens + step_tokens
             counters.loss_sum += step_loss
@@ -213,6 +247,9 @@ def _train(
                 )
                 if is_eval and info.is_main:
                     record.update(eval_record(model, splits, cfg, seq_len, device, amp))
+                    if echo is not None:
+                        with bar.external_write_mode():  # the line goes above the bar
+                            echo(_eval_line(record, cfg.max_steps))
                 if info.is_main:
                     records.append_jsonl(run_dir / records.METRICS, record)
                     bar.set_postfix(
@@ -222,16 +259,24 @@ def _train(
                     )
                 last.update(record)
                 window = {"tokens": 0, "seconds": 0.0, "ctrl": 0.0}
-            if (cfg.checkpoint_interval and n % cfg.checkpoint_interval == 0) or n == cfg.max_steps:
+            if is_ckpt:
                 _checkpoint(
                     config, model, optimizer, policy, loader, counters, info, run_dir, wall_start
                 )
                 saved_at = n
         if interrupted and saved_at != counters.step:
-            _checkpoint(
-                config, model, optimizer, policy, loader, counters, info, run_dir, wall_start
-            )
+            bad = guard.weights_loss(model, batch)
+            if bad is None:
+                _checkpoint(
+                    config, model, optimizer, policy, loader, counters, info, run_dir, wall_start
+                )
+            else:
+                diverged = guard.stop(
+                    AFTER_UPDATE, counters.step, bad, lr, counters.tokens, saved_at
+                )
     bar.close()
+    if diverged is not None:
+        raise TrainingDiverged(diverged)
     summary = None
     if not interrupted and info.is_main:
         if "val_loss" not in last:  # resumed at its last step: nothing ran, evaluate anyway
@@ -239,6 +284,16 @@ def _train(
         summary = summary_record(config, model, counters, last, info, splits, wall_start)
         records.write_json(run_dir / records.SUMMARY, summary)
     return TrainResult(run_dir, summary, model.window_plan(), interrupted, info.is_main)
+
+
+def _eval_line(record: dict[str, Any], max_steps: int) -> str:
+    line = (
+        f"step {record['step']}/{max_steps}  train loss {record['train_loss']:.4f}"
+        f"  val loss {record['val_loss']:.4f} nats  bits/byte {record['val_bpb']:.4f}"
+    )
+    if "val_acc" in record:
+        line += f"  recall {record['val_acc']:.3f}"
+    return line + f"  ACR {record['acr']:.3f}"
 
 
 def autocast_dtype(name: str, device: torch.device) -> torch.dtype | None:

@@ -9,6 +9,7 @@ keys and bad values raise ValueError naming them.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,11 +43,21 @@ class RunConfig:
 
     def validate(self) -> RunConfig:
         """Validate every section (ValueError names the field)."""
+        self._check_finite()
         self.model.validate()
         self.train.validate()
         self.data.validate()
         self.controller.validate(self.seq_len)
         return self
+
+    def _check_finite(self) -> None:
+        """Every float of every section is finite: a section's range checks may let inf or
+        nan through (a comparison with nan is always False)."""
+        for dotted, value in self.flat().items():
+            items = value if isinstance(value, (list, tuple)) else [value]
+            for item in items:
+                if isinstance(item, float) and not math.isfinite(item):
+                    raise ValueError(f"{dotted} must be a finite number, got {value!r}")
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
