@@ -1,6 +1,8 @@
 """Post-hoc allocation: plans at matched coverage, and `aah posthoc` end to end on tiny runs."""
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -70,7 +72,8 @@ def test_strided_windows_cover_the_whole_split():
 
 
 def test_posthoc_command_on_two_tiny_runs(tmp_path, tiny_corpus, capsys):
-    from tests.cli.test_cli import tiny_args
+    sys.path.insert(0, str(Path(__file__).parents[1] / "cli"))
+    from cli_helpers import tiny_args
 
     runs = []
     for seed in (0, 1):
