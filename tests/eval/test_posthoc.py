@@ -10,8 +10,9 @@ import torch
 
 from aah.attention import coverage
 from aah.cli import main
-from aah.eval.posthoc import strided_windows
+from aah.eval.posthoc import EvalSet, score, strided_windows
 from aah.eval.posthoc_plans import budgeted_plan, shuffled, uniform_window
+from aah.model import GPT, GPTConfig
 
 T = 64
 WINDOWS = [1, 2, 4, 8, 16, 32, 64]
@@ -96,3 +97,41 @@ def test_posthoc_command_on_two_tiny_runs(tmp_path, tiny_corpus, capsys):
     capsys.readouterr()
     assert main(["posthoc", runs[0], "--coverages", "0,0.5", "--out", str(out)]) == 2
     assert "coverages" in capsys.readouterr().err
+
+
+def test_score_counts_each_answer_once_whatever_the_batch_size():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_kv_head=2, d_model=16, max_seq_len=12)).eval()
+    windows = torch.randint(0, 256, (5, 13))
+    marks = torch.zeros(5, 12, dtype=torch.int64)
+    marks[:, 3], marks[1:, 9], marks[4, 11] = 2, 7, 11
+    data = EvalSet(windows, marks, ((1, 4), (4, 16)))
+    whole, split = score(model, data, batch_size=5), score(model, data, batch_size=2)
+    with torch.no_grad():  # brute force: one window at a time
+        right = [model(w[None, :-1])[0].argmax(-1) == w[1:] for w in windows]
+    hits = [
+        (bool(right[b][t]), int(marks[b, t])) for b in range(5) for t in range(12) if marks[b, t]
+    ]
+    assert split["acc"] == pytest.approx(whole["acc"])
+    assert whole["acc"] == pytest.approx(sum(h for h, _ in hits) / len(hits))
+    far = [h for h, d in hits if d >= 4]
+    assert whole["acc_by_distance"]["4-15"] == pytest.approx(sum(far) / len(far))
+    assert split["bpb"] == pytest.approx(whole["bpb"])
+
+
+def test_posthoc_on_a_recall_run_reports_accuracy(tmp_path, tiny_corpus, capsys):
+    sys.path.insert(0, str(Path(__file__).parents[1] / "cli"))
+    from cli_helpers import tiny_args
+
+    run = tmp_path / "full-s0"
+    args = [*tiny_args(tiny_corpus, run, steps=3), "--data.corpus", "synthetic:recall"]
+    args = [a for a in args if a not in ("--data.path", tiny_corpus)]
+    assert main(["train", *args, "--controller.policy", "full"]) == 0
+    out = tmp_path / "ph"
+    argv = ["posthoc", str(run), "--coverages", "0.3", "--eval-windows", "6", "--out", str(out)]
+    assert main([*argv, "--policies", "uniform,budget", "--threads", "1", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for row in summary:
+        assert 0.0 <= row["acc"]["mean"] <= 1.0 and row["far_bucket"] == "16-31"
+        assert 0.0 <= row["far_acc"]["mean"] <= 1.0
+    assert "accuracy at 16-31" in (out / "posthoc.md").read_text()

@@ -40,6 +40,7 @@ def _config() -> str:
     config.model.d_model, config.model.max_seq_len = 32, T
     config.train.batch_size, config.train.max_steps = BATCH, STEPS
     config.train.eval_interval, config.train.eval_batches, config.train.threads = EVAL_EVERY, 2, 1
+    config.data.max_bytes = 200_000  # the reference lines read the corpus: keep it short
     return config.to_toml()
 
 
@@ -322,3 +323,34 @@ def test_report_corrects_for_multiple_comparisons(report: str) -> None:
     assert "The 4 comparisons with full are one family" in report
     assert "Holm p corrects for the 4 comparisons of this table" in report
     assert "chose the same windows" not in report
+
+
+def test_report_states_reference_lines(report: str) -> None:
+    found = re.search(
+        r"a unigram model scores (\d+\.\d+) bits/byte and a bigram model (\d+\.\d+)", report
+    )
+    assert found, "the report gives unigram and bigram bits/byte"
+    unigram, bigram = map(float, found.groups())
+    assert 0 < bigram < unigram < 8  # a bigram knows more than a unigram; both beat uniform
+
+
+def test_recall_suite_gets_an_accuracy_section(tmp_path: Path) -> None:
+    far = {"full": {0: 1.0, 1: 0.98, 2: 0.99}, "fixed": {0: 0.12, 1: 0.14, 2: 0.13}}
+    rows = []
+    for regime, by_seed in far.items():
+        for seed, acc in by_seed.items():
+            row = write_cell(tmp_path / "recall" / f"{regime}-s{seed}", regime, seed)
+            rows.append(
+                {**row, "val_acc": 0.5 + acc / 2, "val_acc_far": acc, "far_bucket": "32-63"}
+            )
+    write_csv(tmp_path / "recall.csv", rows)
+    assert main(["report", str(tmp_path)]) == 0
+    text = (tmp_path / REPORT).read_text()
+    assert "### Recall accuracy" in text and "accuracy at 32-63" in text
+    line = next(x for x in text.splitlines() if x.startswith("| `fixed` | `full` |"))
+    assert "-0.860" in line and "undecided" in line  # three seeds: never decided
+    write_csv(
+        tmp_path / "recall.csv", [{k: v for k, v in r.items() if k != "val_acc_far"} for r in rows]
+    )
+    assert main(["report", str(tmp_path)]) == 0
+    assert "### Recall accuracy" not in (tmp_path / REPORT).read_text()  # a text suite has none

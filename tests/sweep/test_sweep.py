@@ -17,6 +17,7 @@ import pytest
 from aah.cli import main
 from aah.eval import records
 from aah.sweep import COLUMNS, SweepConfig, read_csv, run_sweep
+from aah.sweep.results import TASK_COLUMNS
 from aah.sweep.runner import CELL
 
 TINY = """
@@ -133,7 +134,7 @@ def test_sweep_writes_csv_skips_finished_and_recovers_cut_cells(tmp_path, tiny_c
     assert (outcome.finished, outcome.total, outcome.interrupted) == (4, 4, False)
     rows = read_csv(out / "tiny.csv")
     with (out / "tiny.csv").open() as handle:
-        assert tuple(next(csv.reader(handle))) == COLUMNS
+        assert tuple(next(csv.reader(handle))) == COLUMNS + TASK_COLUMNS
     assert [(r["regime"], r["seed"]) for r in rows] == [
         ("full", 0), ("budget", 0), ("full", 1), ("budget", 1)
     ]  # fmt: skip

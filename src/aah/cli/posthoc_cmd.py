@@ -10,7 +10,8 @@ from pathlib import Path
 EPILOG = """\
 Each RUN is a finished `aah train` run (best: policy full, one per seed). Writes
 OUT/posthoc.json (every run, plan and score), OUT/posthoc.md (Δ bpb per policy and coverage,
-mean and 95% CI over runs) and OUT/posthoc.png. Example:
+and on a generated task recall accuracy overall and in the farthest distance bucket; mean and
+95% CI over runs) and OUT/posthoc.png. Example:
   aah posthoc results/screening/full-s0 results/screening/full-s1 --out results/posthoc
 """
 
@@ -76,11 +77,13 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     summary = summarize(results)
     payload = {
         "config": {**cfg.__dict__},
-        "runs": [{"run": r.run, "full_bpb": r.full_bpb, "rows": r.rows} for r in results],
+        "runs": [
+            {"run": r.run, "full_bpb": r.full_bpb, "full": r.full, "rows": r.rows} for r in results
+        ],
         "summary": summary,
     }
     records.write_text_atomic(out / "posthoc.json", json.dumps(payload, indent=1))
-    table = markdown(summary, [r.full_bpb for r in results])
+    table = markdown(summary, results)
     records.write_text_atomic(out / "posthoc.md", table)
     try:
         plot(summary, out / "posthoc.png")

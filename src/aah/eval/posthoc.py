@@ -5,7 +5,9 @@ window on calibration windows from the *training* split, build each policy's pla
 coverage cap (posthoc_plans.py), and score the model under it on evaluation windows spread
 evenly over the whole *validation* split (the same windows for every plan and run). The
 quality lost is Δ bpb = bpb(plan) - bpb(full attention), per run; over runs, the mean and its
-95% CI (Student t). A policy that allocates context well loses less at the same coverage.
+95% CI (Student t). On a generated task (`synthetic:recall`, `synthetic:passkey`) the same pass
+scores accuracy at the answer bytes, overall and per distance bucket. A policy that allocates
+context well loses less at the same coverage.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ import torch.nn.functional as F
 from aah.attention import coverage
 from aah.controller.mass import mass_beyond
 from aah.data import load_tokens
+from aah.data.loader import answer_marks
+from aah.eval.head_ablation import loss_ablation
 from aah.eval.load import load_run
 from aah.eval.posthoc_plans import AAH, BUDGETED, aah_plan, budgeted_plan
+from aah.eval.recall import RecallCounter
 from aah.model import GPT
 
 
@@ -56,35 +61,84 @@ class PosthocConfig:
 
 @dataclass
 class RunResult:
-    """One run's scores: full attention's bpb and one row per (policy, cap) plan."""
+    """One run's scores: full attention's and one row per (policy, cap) plan.
+
+    `full` holds "bpb" and, on a generated task, "acc" and "acc_by_distance" (None otherwise).
+    """
 
     run: str
-    full_bpb: float
+    full: dict
     rows: list[dict] = field(default_factory=list)
+
+    @property
+    def full_bpb(self) -> float:
+        return float(self.full["bpb"])
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """Evaluation windows (N, T + 1) and, on a generated task, their answer marks (N, T)."""
+
+    windows: torch.Tensor
+    marks: torch.Tensor | None = None
+    buckets: tuple[tuple[int, int], ...] = ()
+
+
+def strided_starts(n_tokens: int, seq_len: int, count: int) -> np.ndarray:
+    """Up to `count` distinct window offsets evenly spaced over a split of `n_tokens`."""
+    last = n_tokens - (seq_len + 1)
+    if last < 0:
+        raise ValueError(f"the split has {n_tokens} tokens, fewer than T + 1 = {seq_len + 1}")
+    return np.unique(np.linspace(0, last, num=count).astype(np.int64))
 
 
 def strided_windows(tokens: np.ndarray, seq_len: int, count: int) -> torch.Tensor:
     """(count', T + 1) windows starting at evenly spaced offsets over the whole split."""
-    last = tokens.size - (seq_len + 1)
-    if last < 0:
-        raise ValueError(f"the split has {tokens.size} tokens, fewer than T + 1 = {seq_len + 1}")
-    starts = np.unique(np.linspace(0, last, num=count).astype(np.int64))
+    starts = strided_starts(tokens.size, seq_len, count)
     return torch.from_numpy(
         np.stack([tokens[s : s + seq_len + 1] for s in starts]).astype(np.int64)
     )
 
 
+def eval_set(
+    tokens: np.ndarray,
+    seq_len: int,
+    count: int,
+    answers: np.ndarray | None = None,
+    buckets: Sequence[tuple[int, int]] = (),
+) -> EvalSet:
+    """Strided windows of a split, with answer marks when the split has answers."""
+    windows = strided_windows(tokens, seq_len, count)
+    if answers is None:
+        return EvalSet(windows)
+    starts = strided_starts(tokens.size, seq_len, count)
+    return EvalSet(windows, answer_marks(answers, starts, seq_len), tuple(buckets))
+
+
 @torch.no_grad()
-def bits_per_byte(model: GPT, windows: torch.Tensor, batch_size: int) -> float:
+def score(model: GPT, data: EvalSet, batch_size: int) -> dict:
+    """{"bpb", "acc", "acc_by_distance"} of the model as it stands (acc None on text)."""
     total, count = 0.0, 0
-    for chunk in torch.split(windows, batch_size):
+    recall = RecallCounter(data.buckets) if data.marks is not None else None
+    for i, chunk in enumerate(torch.split(data.windows, batch_size)):
         logits = model(chunk[:, :-1])
         target = chunk[:, 1:]
         total += float(
             F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), reduction="sum")
         )
         count += target.numel()
-    return total / count / math.log(2)
+        if recall is not None and data.marks is not None:
+            recall.add(logits, target, data.marks[i * batch_size : i * batch_size + len(chunk)])
+    result = recall.result() if recall is not None else {}
+    return {
+        "bpb": total / count / math.log(2),
+        "acc": result.get("val_acc"),
+        "acc_by_distance": result.get("val_acc_by_distance"),
+    }
+
+
+def bits_per_byte(model: GPT, windows: torch.Tensor, batch_size: int) -> float:
+    return float(score(model, EvalSet(windows), batch_size)["bpb"])
 
 
 @torch.no_grad()
@@ -110,13 +164,21 @@ def run_posthoc(
     model, config, _ = load_run(run_dir)
     seq_len = config.seq_len
     splits = load_tokens(config.data, seq_len=config.seq_len)
-    evals = strided_windows(splits.val, seq_len, cfg.eval_windows)
+    evals = eval_set(
+        splits.val, seq_len, cfg.eval_windows, splits.val_answer_distance,
+        splits.answer_buckets or (),
+    )  # fmt: skip
     calib = strided_windows(splits.train, seq_len, cfg.calib_windows)
     cands = list(cfg.windows or _powers_of_two(seq_len))
     full = [[seq_len] * config.model.n_head for _ in range(config.model.n_layer)]
     model.set_window_plan(full)
-    result = RunResult(str(run_dir), bits_per_byte(model, evals, cfg.batch_size))
+    result = RunResult(str(run_dir), score(model, evals, cfg.batch_size))
     mass = measure_mass(model, calib, cands, cfg.seed)
+    loss = (
+        loss_ablation(model, calib, cands, cfg.batch_size)
+        if "loss-ablation" in cfg.policies
+        else None
+    )
     with torch.no_grad():
         _, qkv = model(calib[: min(2, calib.shape[0]), :-1], capture_qkv=True)
     plans: list[tuple[str, float | None, list[list[int]]]] = []
@@ -125,19 +187,21 @@ def run_posthoc(
             plans.append((policy, None, aah_plan(policy, qkv, _aah_windows(seq_len), cfg.seed)))
         else:
             plans += [
-                (policy, c, budgeted_plan(policy, mass, cands, seq_len, c, cfg.seed))
+                (policy, c, budgeted_plan(policy, mass, cands, seq_len, c, cfg.seed, loss))
                 for c in cfg.coverages
             ]
     for policy, cap, plan in plans:
         model.set_window_plan(plan)
-        bpb = bits_per_byte(model, evals, cfg.batch_size)
+        scores = score(model, evals, cfg.batch_size)
         result.rows.append({
             "policy": policy, "cap": cap, "coverage": coverage(plan, seq_len).causal,
-            "bpb": bpb, "delta_bpb": bpb - result.full_bpb, "windows": plan,
+            **scores, "delta_bpb": scores["bpb"] - result.full_bpb, "windows": plan,
         })  # fmt: skip
         if progress is not None:
+            acc = "" if scores["acc"] is None else f", accuracy {scores['acc']:.3f}"
             progress(
-                f"{Path(run_dir).name}: {policy} cap {cap}: Δ bpb {bpb - result.full_bpb:+.4f}"
+                f"{Path(run_dir).name}: {policy} cap {cap}: "
+                f"Δ bpb {scores['bpb'] - result.full_bpb:+.4f}{acc}"
             )
     model.set_window_plan(full)
     return result

@@ -10,6 +10,9 @@ Every policy gets the same candidate windows and the same coverage cap c, so tha
                    same windows, random assignment anywhere)
   uniform          one window w for every head, the largest integer w with coverage <= c
   uniform-layer    one window per layer, allocated like budget on each layer's mean mass
+  loss-ablation    per-head windows allocated like budget, on the measured loss increase of
+                   cutting each head alone to each window (aah.eval.head_ablation) instead
+                   of the attention mass
   aah-v3           the AAH-v3 controller's first decision (full-adaptive; grouping-off as
                    "aah-v3-grouping-off") on the model's own Q/K/V and attention features;
                    it takes no coverage target, so it is one point at its own coverage.
@@ -32,7 +35,7 @@ from aah.controller.budget import allocate_budget
 from aah.controller.head_stats import attention_stats
 from aah.controller.plan import Plan
 
-BUDGETED = ("budget", "budget-shuffled", "random", "uniform", "uniform-layer")
+BUDGETED = ("budget", "budget-shuffled", "random", "uniform", "uniform-layer", "loss-ablation")
 AAH = ("aah-v3", "aah-v3-grouping-off")
 POLICIES = BUDGETED + AAH
 
@@ -74,10 +77,21 @@ def layer_plan(mass: np.ndarray, windows: Sequence[int], seq_len: int, cap: floa
 
 
 def budgeted_plan(
-    policy: str, mass: np.ndarray, windows: Sequence[int], seq_len: int, cap: float, seed: int
+    policy: str,
+    mass: np.ndarray,
+    windows: Sequence[int],
+    seq_len: int,
+    cap: float,
+    seed: int,
+    loss: np.ndarray | None = None,
 ) -> Plan:
-    """One of BUDGETED at coverage cap `cap` (see the module docstring)."""
+    """One of BUDGETED at coverage cap `cap` (see the module docstring); `loss` is the
+    (n_layer, n_head, n_candidates) ablation cost that `loss-ablation` needs."""
     gen = torch.Generator().manual_seed(seed)
+    if policy == "loss-ablation":
+        if loss is None:
+            raise ValueError("policy 'loss-ablation' needs the measured per-head loss ablation")
+        return budget_plan(loss, windows, seq_len, cap)
     if policy == "uniform":
         return [[uniform_window(seq_len, cap)] * mass.shape[1] for _ in range(mass.shape[0])]
     if policy == "uniform-layer":

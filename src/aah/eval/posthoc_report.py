@@ -1,4 +1,9 @@
-"""Post-hoc results over runs: Δ bpb per (policy, coverage cap) with 95% CIs, a table, a plot."""
+"""Post-hoc results over runs: per (policy, coverage cap) the quality kept against full
+attention, with 95% CIs over runs (Student t), as a table and a plot.
+
+On text the measure is Δ bits/byte. On a generated task it is also the recall accuracy,
+overall and in the farthest distance bucket (the answers only long windows can reach).
+"""
 
 from __future__ import annotations
 
@@ -10,58 +15,122 @@ from aah.eval.posthoc import RunResult
 from aah.report import stats
 
 
+def far_bucket(result: RunResult) -> str | None:
+    """Label of the farthest distance bucket that has answers, or None on text."""
+    by_distance = result.full.get("acc_by_distance") or {}
+    labels = [label for label, acc in by_distance.items() if acc is not None]
+    return labels[-1] if labels else None
+
+
+def _estimate(values: list[float]) -> dict[str, Any]:
+    e = stats.estimate(values)
+    return {"mean": e.mean, "ci": list(e.ci), "sd": e.sd}
+
+
 def summarize(results: list[RunResult]) -> list[dict[str, Any]]:
-    """One row per (policy, cap): runs, mean coverage, mean Δ bpb with its 95% CI and sd."""
+    """One row per (policy, cap): runs, mean coverage, Δ bpb and (on a task) accuracy and
+    far-bucket accuracy, each as {"mean", "ci", "sd"} over runs."""
+    far = far_bucket(results[0]) if results else None
     groups: dict[tuple[str, float | None], list[dict]] = {}
     for result in results:
         for row in result.rows:
             groups.setdefault((row["policy"], row["cap"]), []).append(row)
     out = []
     for (policy, cap), rows in groups.items():
-        e = stats.estimate([r["delta_bpb"] for r in rows])
-        out.append({
-            "policy": policy, "cap": cap, "n": e.n,
+        delta = _estimate([r["delta_bpb"] for r in rows])
+        entry = {
+            "policy": policy, "cap": cap, "n": len(rows),
             "coverage": stats.mean([r["coverage"] for r in rows]),
-            "delta_bpb": e.mean, "ci": list(e.ci), "sd": e.sd,
-        })  # fmt: skip
+            "delta_bpb": delta["mean"], "ci": delta["ci"], "sd": delta["sd"],
+        }  # fmt: skip
+        if all(r.get("acc") is not None for r in rows):
+            entry["acc"] = _estimate([r["acc"] for r in rows])
+            if far is not None:
+                entry["far_bucket"] = far
+                entry["far_acc"] = _estimate([r["acc_by_distance"][far] for r in rows])
+        out.append(entry)
     return out
 
 
-def markdown(summary: list[dict[str, Any]], full_bpb: list[float]) -> str:
-    lines = [
-        f"Full attention: {stats.mean(full_bpb):.4f} bits/byte (mean of {len(full_bpb)} runs).",
-        "",
-        "| policy | coverage cap | coverage | runs | Δ bpb vs full (mean) | 95% CI |",
-        "|---|---|---|---|---|---|",
-    ]
+def _ci(ci: list[float], spec: str) -> str:
+    lo, hi = ci
+    return "n/a" if math.isnan(lo) else f"[{lo:{spec}}, {hi:{spec}}]"
+
+
+def markdown(summary: list[dict[str, Any]], results: list[RunResult]) -> str:
+    """The table of `summarize`, preceded by full attention's own scores."""
+    full_bpb = [r.full_bpb for r in results]
+    lines = [f"Full attention: {stats.mean(full_bpb):.4f} bits/byte (mean of {len(results)} runs)."]
+    task = bool(summary) and all("acc" in row for row in summary)
+    far = summary[0].get("far_bucket") if task else None
+    if task:
+        accs = [float(r.full["acc"]) for r in results]
+        text = f"Full attention's recall accuracy: {stats.mean(accs):.3f} overall"
+        if far is not None:
+            fars = [float(r.full["acc_by_distance"][far]) for r in results]
+            text += f", {stats.mean(fars):.3f} at distances {far}"
+        lines[0] += " " + text + "."
+    header = "| policy | coverage cap | coverage | runs | Δ bpb vs full (mean) | 95% CI |"
+    if task:
+        header += " accuracy | 95% CI |" + (f" accuracy at {far} | 95% CI |" if far else "")
+    lines += ["", header, "|" + "---|" * (header.count("|") - 1)]
     for row in sorted(summary, key=lambda r: (r["cap"] is None, r["cap"] or 0, r["delta_bpb"])):
         cap = "—" if row["cap"] is None else f"{row['cap']:.2f}"
-        lo, hi = row["ci"]
-        ci = "n/a" if math.isnan(lo) else f"[{lo:+.4f}, {hi:+.4f}]"
+        cells = [
+            f"`{row['policy']}`", cap, f"{row['coverage']:.3f}", str(row["n"]),
+            f"{row['delta_bpb']:+.4f}", _ci(row["ci"], "+.4f"),
+        ]  # fmt: skip
+        if task:
+            cells += [f"{row['acc']['mean']:.3f}", _ci(row["acc"]["ci"], ".3f")]
+            if far:
+                cells += [f"{row['far_acc']['mean']:.3f}", _ci(row["far_acc"]["ci"], ".3f")]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Δ bpb = bits/byte under the plan − under full attention, on the same run and bytes; "
+        "95% CI: Student t over runs (one run per seed). Coverage: share of the causal "
+        "(query, key) pairs the plan keeps.",
+    ]
+    if task:
         lines.append(
-            f"| `{row['policy']}` | {cap} | {row['coverage']:.3f} | {row['n']} | "
-            f"{row['delta_bpb']:+.4f} | {ci} |"
+            "Accuracy: argmax prediction at the answer bytes, counted where the source lies in "
+            "the same evaluation window."
         )
     return "\n".join(lines) + "\n"
 
 
-def plot(summary: list[dict[str, Any]], path: Path) -> Path:
-    """Δ bpb against coverage, one line per policy (error bars: 95% CI over runs)."""
-    from aah.report.plots import _pyplot, _save
-
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+def _panel(ax: Any, summary: list[dict[str, Any]], value: Any, ylabel: str) -> None:
     for policy in dict.fromkeys(r["policy"] for r in summary):
         rows = sorted((r for r in summary if r["policy"] == policy), key=lambda r: r["coverage"])
         xs = [r["coverage"] for r in rows]
-        ys = [r["delta_bpb"] for r in rows]
-        low = [0.0 if math.isnan(r["ci"][0]) else r["delta_bpb"] - r["ci"][0] for r in rows]
-        high = [0.0 if math.isnan(r["ci"][1]) else r["ci"][1] - r["delta_bpb"] for r in rows]
-        err = [low, high]
-        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=policy)
-    ax.axhline(0.0, color="grey", lw=0.8)
+        ys, lo, hi = [], [], []
+        for r in rows:
+            mean, ci = value(r)
+            ys.append(mean)
+            lo.append(0.0 if math.isnan(ci[0]) else mean - ci[0])
+            hi.append(0.0 if math.isnan(ci[1]) else ci[1] - mean)
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=policy)
     ax.set_xlabel("causal coverage (share of the causal attention pairs kept)")
-    ax.set_ylabel("Δ bits/byte vs full attention")
-    ax.set_title("Post-hoc allocation at matched coverage")
-    ax.legend(fontsize=8, loc="upper right")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+
+
+def plot(summary: list[dict[str, Any]], path: Path) -> Path:
+    """Δ bpb (and, on a task, far-bucket accuracy) against coverage, one line per policy;
+    error bars: 95% CI over runs."""
+    from aah.report.plots import _pyplot, _save
+
+    plt = _pyplot()
+    far = summary[0].get("far_bucket") if summary else None
+    task = far is not None and all("far_acc" in r for r in summary)
+    fig, axes = plt.subplots(1, 2 if task else 1, figsize=(12 if task else 7, 4.5), squeeze=False)
+    _panel(axes[0][0], summary, lambda r: (r["delta_bpb"], r["ci"]), "Δ bits/byte vs full")
+    axes[0][0].axhline(0.0, color="grey", lw=0.8)
+    if task:
+        _panel(
+            axes[0][1], summary, lambda r: (r["far_acc"]["mean"], r["far_acc"]["ci"]),
+            f"recall accuracy at distances {far}",
+        )  # fmt: skip
+    axes[0][-1].legend(fontsize=8, loc="best")
+    fig.suptitle("Post-hoc allocation at matched coverage (95% CI over runs)")
     return _save(fig, path)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from aah.eval import records
 from aah.report import comparisons, stats, suite_plots
+from aah.report.accuracy import accuracy_section
+from aah.report.baselines import baseline_lines, suite_baselines
 from aah.report.findings import caveats, findings
 from aah.report.markdown import ci_text, count, fmt, p_text, pm, seeds_text, table, threads_text
 from aah.report.suite_data import (
@@ -247,6 +249,8 @@ def _suite_section(suite: Suite, out_dir: Path) -> list[str]:
     lines += [*_setup(suite), ""]
     ratios = stats.speed_ratios(suite.rows) if suite.has_baseline else {}
     lines += ["### Quality and cost", "", *_quality_table(suite, ratios), ""]
+    if suite.config:
+        lines += baseline_lines(suite_baselines(suite.config))
     lines += ["### Paired against full (per seed)", ""]
     if suite.regimes == [BASELINE]:
         lines += ["Only `full` in this suite: nothing to pair it with.", ""]
@@ -263,6 +267,7 @@ def _suite_section(suite: Suite, out_dir: Path) -> list[str]:
     else:
         lines += ["No `full` regime in this suite: no paired comparison.", ""]
     lines += _matched_section(suite)
+    lines += accuracy_section(suite, VERDICT_RULE)
     lines += topology_section(suite)
     eq = equal_time(suite) if suite.cells else "no cell run directories found"
     lines += _equal_time_section(suite, eq)

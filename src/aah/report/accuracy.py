@@ -1,0 +1,78 @@
+"""The recall-accuracy part of a suite report (generated tasks only).
+
+On `synthetic:recall` / `synthetic:passkey` the question a window policy answers is whether
+its heads still reach far answers, so the outcome compared is the accuracy in the farthest
+distance bucket (`val_acc_far`, a results-CSV column), decided in advance rather than picked
+from the buckets afterwards. The comparisons are two Holm families of their own (against
+`full`, and the matched controls), with the same verdict rule as bits/byte.
+"""
+
+from __future__ import annotations
+
+from aah.report import comparisons, stats
+from aah.report.markdown import ci_text, fmt, p_text, pm, table
+from aah.report.suite_data import Suite
+
+METRIC = "val_acc_far"
+HEADER = "regime | n | accuracy mean ± sd | accuracy at {far} mean ± sd | causal coverage"
+PAIRED = "regime | vs | Δ accuracy at {far} | 95% CI | p | Holm p | seeds lower | verdict"
+
+
+def is_task_suite(suite: Suite) -> bool:
+    """Every finished cell scored answers (the suite runs on a generated task)."""
+    return bool(suite.rows) and all(r.get(METRIC) is not None for r in suite.rows)
+
+
+def _rows(family: list[comparisons.Comparison]) -> list[list[str]]:
+    out = []
+    for comp in family:
+        e = comp.pair.estimate
+        out.append([
+            f"`{comp.pair.regime}`", f"`{comp.pair.baseline}`", fmt(e.mean, "+.3f"),
+            ci_text(e.ci, "+.3f"), p_text(e.p), p_text(comp.holm_p),
+            f"{comp.pair.lower}/{comp.pair.n}", comp.verdict,
+        ])  # fmt: skip
+    return out
+
+
+def _regime_row(suite: Suite, regime: str) -> list[str]:
+    return [
+        f"`{regime}`", str(len(suite.values(regime, METRIC))),
+        pm(suite.values(regime, "val_acc"), ".3f"), pm(suite.values(regime, METRIC), ".3f"),
+        fmt(stats.mean(suite.values(regime, "causal_coverage")), ".3f"),
+    ]  # fmt: skip
+
+
+def accuracy_section(suite: Suite, verdict_rule: str) -> list[str]:
+    """Markdown lines, or [] when the suite is not on a generated task."""
+    if not is_task_suite(suite):
+        return []
+    far = str(suite.rows[0].get("far_bucket") or "the farthest bucket")
+    rows = [_regime_row(suite, regime) for regime in suite.regimes]
+    lines = [
+        "### Recall accuracy",
+        "",
+        "Accuracy = argmax prediction at the answer bytes of the validation stream (chance: "
+        f"one over the value alphabet). The outcome compared is the accuracy at distances {far}"
+        ", the answers only heads with long windows can reach.",
+        "",
+        *table(HEADER.format(far=far).split(" | "), rows),
+        "",
+    ]
+    families = []
+    if suite.has_baseline and suite.regimes != ["full"]:
+        families.append(("against full", list(comparisons.against_full(suite, METRIC).values())))
+    matched = comparisons.matched(suite, METRIC)
+    if matched:
+        families.append(("matched controls", matched))
+    for name, family in families:
+        lines += [
+            f"Paired on seed, {name} (Δ = regime − the other; Holm over the {len(family)} "
+            "comparisons of this table):",
+            "",
+            *table(PAIRED.format(far=far).split(" | "), _rows(family)),
+            "",
+        ]
+    if families:
+        lines += [verdict_rule, ""]
+    return lines
