@@ -354,3 +354,34 @@ def test_recall_suite_gets_an_accuracy_section(tmp_path: Path) -> None:
     )
     assert main(["report", str(tmp_path)]) == 0
     assert "### Recall accuracy" not in (tmp_path / REPORT).read_text()  # a text suite has none
+
+
+def _cut_rows(full_bpb: float, cut_bpb: dict[int, float], far: dict[str, float] | None) -> list:
+    rows = [{"cut": "plan in force", "window": None, "val_bpb": full_bpb}]
+    for w, bpb in cut_bpb.items():
+        rows.append({"cut": str(w), "window": w, "val_bpb": bpb})
+    rows.append({"cut": "full", "window": 256, "val_bpb": full_bpb})
+    if far is not None:
+        for row in rows:
+            acc = far.get(str(row["window"]), 1.0)
+            row["val_acc_by_distance"] = {"4-127": 1.0, "128-255": acc}
+    return rows
+
+
+def test_context_use_section_and_gate(tmp_path: Path) -> None:
+    root = write_suite(tmp_path / "text", "screening", ["full", "fixed"])
+    report_text = lambda: (main(["report", str(root)]), (root / REPORT).read_text())[1]  # noqa: E731
+    assert "Not measured: run `aah eval RUN --cut-windows" in report_text()
+    for seed, (d64, d128) in {0: (0.10, 0.02), 1: (0.12, 0.03), 2: (0.11, 0.04)}.items():
+        rows = _cut_rows(2.0, {64: 2.0 + d64, 128: 2.0 + d128}, None)
+        records.write_json(root / "screening" / f"full-s{seed}" / "cut_windows.json", rows)  # type: ignore[arg-type]
+    text = report_text()
+    assert re.search(r"\| 128 \| 3 \| \+0\.0300 \|", text)
+    assert "Gate (not met): cutting every head to w = 128 costs +0.0300 bits/byte" in text
+    for seed in (0, 1, 2):  # a task: far accuracy collapses below the bucket
+        rows = _cut_rows(2.0, {64: 2.1, 128: 2.05}, {"64": 0.1, "128": 0.2 + 0.1 * seed})
+        records.write_json(root / "screening" / f"full-s{seed}" / "cut_windows.json", rows)  # type: ignore[arg-type]
+    assert (
+        "Gate (met): cutting every head to w = 128 lowers the accuracy at distances 128-255 "
+        "by 0.700" in report_text()
+    )

@@ -16,6 +16,7 @@ from aah.eval import records
 from aah.report import comparisons, stats, suite_plots
 from aah.report.accuracy import accuracy_section
 from aah.report.baselines import baseline_lines, suite_baselines
+from aah.report.context_gate import context_use_section
 from aah.report.findings import caveats, findings
 from aah.report.markdown import ci_text, count, fmt, p_text, pm, seeds_text, table, threads_text
 from aah.report.suite_data import (
@@ -251,6 +252,8 @@ def _suite_section(suite: Suite, out_dir: Path) -> list[str]:
     lines += ["### Quality and cost", "", *_quality_table(suite, ratios), ""]
     if suite.config:
         lines += baseline_lines(suite_baselines(suite.config))
+    if suite.has_baseline:
+        lines += context_use_section(suite)
     lines += ["### Paired against full (per seed)", ""]
     if suite.regimes == [BASELINE]:
         lines += ["Only `full` in this suite: nothing to pair it with.", ""]
