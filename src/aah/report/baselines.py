@@ -46,8 +46,8 @@ def fit_and_score(train: np.ndarray, pairs: np.ndarray) -> Baselines:
     tokens = np.asarray(train, dtype=np.int64)
     unigram = np.bincount(tokens, minlength=VOCAB).astype(np.float64) + 1.0
     unigram /= unigram.sum()
-    counts = np.zeros((VOCAB, VOCAB), dtype=np.float64)
-    np.add.at(counts, (tokens[:-1], tokens[1:]), 1.0)
+    pairs_seen = tokens[:-1] * VOCAB + tokens[1:]
+    counts = np.bincount(pairs_seen, minlength=VOCAB * VOCAB).reshape(VOCAB, VOCAB).astype(float)
     bigram = (counts + unigram[None, :]) / (counts.sum(axis=1, keepdims=True) + 1.0)
     prev, target = pairs[:, 0], pairs[:, 1]
     return Baselines(
