@@ -22,9 +22,13 @@ def far_bucket(result: RunResult) -> str | None:
     return labels[-1] if labels else None
 
 
-def _estimate(values: list[float]) -> dict[str, Any]:
+def _estimate(values: list[float], bounds: tuple[float, float] | None = None) -> dict[str, Any]:
+    """Mean, 95% CI (clipped to `bounds` for a bounded quantity such as accuracy) and sd."""
     e = stats.estimate(values)
-    return {"mean": e.mean, "ci": list(e.ci), "sd": e.sd}
+    ci = list(e.ci)
+    if bounds is not None and not math.isnan(ci[0]):
+        ci = [max(bounds[0], ci[0]), min(bounds[1], ci[1])]
+    return {"mean": e.mean, "ci": ci, "sd": e.sd}
 
 
 def summarize(results: list[RunResult]) -> list[dict[str, Any]]:
@@ -44,10 +48,10 @@ def summarize(results: list[RunResult]) -> list[dict[str, Any]]:
             "delta_bpb": delta["mean"], "ci": delta["ci"], "sd": delta["sd"],
         }  # fmt: skip
         if all(r.get("acc") is not None for r in rows):
-            entry["acc"] = _estimate([r["acc"] for r in rows])
+            entry["acc"] = _estimate([r["acc"] for r in rows], (0.0, 1.0))
             if far is not None:
                 entry["far_bucket"] = far
-                entry["far_acc"] = _estimate([r["acc_by_distance"][far] for r in rows])
+                entry["far_acc"] = _estimate([r["acc_by_distance"][far] for r in rows], (0.0, 1.0))
         out.append(entry)
     return out
 
@@ -88,8 +92,8 @@ def markdown(summary: list[dict[str, Any]], results: list[RunResult]) -> str:
     lines += [
         "",
         "Δ bpb = bits/byte under the plan − under full attention, on the same run and bytes; "
-        "95% CI: Student t over runs (one run per seed). Coverage: share of the causal "
-        "(query, key) pairs the plan keeps.",
+        "95% CI: Student t over runs (one run per seed; accuracy intervals clipped to "
+        "[0, 1]). Coverage: share of the causal (query, key) pairs the plan keeps.",
     ]
     if task:
         lines.append(
