@@ -5,7 +5,8 @@ reused for them) so a bug in the package cannot hide by being shared with its ch
 `run_backend` calls the package: one way to run any backend, flex through its eager path.
 
 Shapes: q (B, Hq, T, D); k, v (B, Hkv, T, D); windows one int per query head.
-Rule: query i with window w sees keys j with i - w < j <= i.
+Rule: query i with window w sees keys j with i - w < j <= i; with s sinks also keys j < s
+(j <= i).
 """
 
 from __future__ import annotations
@@ -25,41 +26,53 @@ TRAINABLE_BACKENDS = ("dense", "banded", "grouped", "auto")
 CPU_BACKENDS = ("reference", *TRAINABLE_BACKENDS, "flex-eager")
 
 
-def allowed_keys(i: int, window: int) -> list[int]:
+def allowed_keys(i: int, window: int, sinks: int = 0) -> list[int]:
     """Key positions query i may read, enumerated from the rule."""
-    return [j for j in range(i + 1) if i - window < j]
+    return [j for j in range(i + 1) if i - window < j or j < sinks]
 
 
-def rule_mask(windows: Sequence[int], seq_len: int) -> torch.Tensor:
+def rule_mask(
+    windows: Sequence[int], seq_len: int, sinks: Sequence[int] | None = None
+) -> torch.Tensor:
     """(H, T, T) bool mask filled entry by entry from `allowed_keys`."""
+    sinks = sinks or [0] * len(windows)
     mask = torch.zeros(len(windows), seq_len, seq_len, dtype=torch.bool)
     for h, w in enumerate(windows):
         for i in range(seq_len):
-            mask[h, i, allowed_keys(i, w)] = True
+            mask[h, i, allowed_keys(i, w, sinks[h])] = True
     return mask
 
 
-def band_mask(windows: Sequence[int], seq_len: int) -> torch.Tensor:
+def band_mask(
+    windows: Sequence[int], seq_len: int, sinks: Sequence[int] | None = None
+) -> torch.Tensor:
     """The same (H, T, T) mask, vectorised (for sizes where the loop is slow)."""
     i = torch.arange(seq_len).view(1, -1, 1)
     j = torch.arange(seq_len).view(1, 1, -1)
     w = torch.tensor(list(windows)).view(-1, 1, 1)
-    return (j <= i) & (j > i - w)
+    s = torch.tensor(list(sinks or [0] * len(windows))).view(-1, 1, 1)
+    return (j <= i) & ((j > i - w) | (j < s))
 
 
 def brute_force_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: Sequence[int], scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    windows: Sequence[int],
+    scale: float,
+    sinks: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """Loop over every (batch, head, query), softmax by hand in Python floats (float64)."""
     batch, n_q_heads, seq_len, head_dim = q.shape
     group = n_q_heads // k.shape[1]
+    sinks = sinks or [0] * n_q_heads
     qs, ks, vs = q.tolist(), k.tolist(), v.tolist()
     out = torch.zeros(batch, n_q_heads, seq_len, head_dim, dtype=torch.float64)
     for b in range(batch):
         for h in range(n_q_heads):
             kv = h // group  # GQA: query head h reads key/value head h // group
             for i in range(seq_len):
-                keys = allowed_keys(i, windows[h])
+                keys = allowed_keys(i, windows[h], sinks[h])
                 scores = [
                     scale * sum(a * c for a, c in zip(qs[b][h][i], ks[b][kv][j], strict=True))
                     for j in keys
@@ -76,7 +89,12 @@ def brute_force_attention(
 
 
 def naive_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: Sequence[int], scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    windows: Sequence[int],
+    scale: float,
+    sinks: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """Plain PyTorch math in the inputs' own dtype: scores, mask, softmax, weighted sum.
 
@@ -86,7 +104,7 @@ def naive_attention(
     k = k.repeat_interleave(group, dim=1)
     v = v.repeat_interleave(group, dim=1)
     scores = (q @ k.transpose(-1, -2)) * scale
-    scores = scores.masked_fill(~band_mask(windows, q.shape[2]), float("-inf"))
+    scores = scores.masked_fill(~band_mask(windows, q.shape[2], sinks), float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
 
 
@@ -138,15 +156,17 @@ def run_backend(
     v: torch.Tensor,
     windows: Sequence[int],
     scale: float | None = None,
+    sinks: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """`windowed_attention`, except "flex-eager": flex's uncompiled path, under no_grad.
 
     Compiling flex costs seconds per shape on CPU; the eager path has the same BlockMask.
     """
     if backend != "flex-eager":
-        return windowed_attention(q, k, v, windows, backend=backend, scale=scale)
+        return windowed_attention(q, k, v, windows, backend=backend, scale=scale, sinks=sinks or 0)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "flex_attention called without torch.compile()"
-        return flex_attention_windows(q, k, v, tuple(windows), scale, compiled=False)
+        kept = tuple(sinks) if sinks and any(sinks) else None
+        return flex_attention_windows(q, k, v, tuple(windows), scale, kept, compiled=False)

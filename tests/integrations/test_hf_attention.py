@@ -130,7 +130,7 @@ def test_training_gradients_match_sdpa_for_a_full_plan() -> None:
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
-def test_padding_mask_is_refused() -> None:
+def test_masks_other_than_left_padding_are_refused() -> None:
     model = tiny_model("llama")
     hf.apply(model, [[4] * 4] * 2)
     ids = tokens()
@@ -138,8 +138,13 @@ def test_padding_mask_is_refused() -> None:
     with torch.no_grad():
         model(ids, attention_mask=mask)  # all ones: no padding, accepted
         mask[1, :5] = 0
-        with pytest.raises(ValueError, match="padding"):
+        model(ids, attention_mask=mask)  # left padding: accepted (tests/integrations/test_hf_cache)
+        mask[1, :5], mask[1, 10:12] = 1, 0  # a hole inside the row: not left padding
+        with pytest.raises(ValueError, match="left padding"):
             model(ids, attention_mask=mask)
+        custom = torch.ones(2, 1, T, T, dtype=torch.bool)  # a 4-D mask that is not causal
+        with pytest.raises(ValueError, match="not causal"):
+            model(ids, attention_mask=custom)
 
 
 def test_attention_dropout_in_training_is_refused() -> None:

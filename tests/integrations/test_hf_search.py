@@ -149,5 +149,5 @@ def test_import_without_transformers_and_a_clear_error() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "pip install 'aah[hf]'" in out.stdout
+    assert "pip install 'aah-attention[hf]'" in out.stdout
     assert "parser loads torch: False" in out.stdout  # the CLI builds its parser cheaply

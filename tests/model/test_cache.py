@@ -118,3 +118,69 @@ def test_decode_benchmark_plans_and_kv_check(capsys):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["kv_formula_ok"]
     assert {r["variant"] for r in result["rows"]} == {"per-head", "full"}
+
+
+def reference_step_rows(q, k, v, windows, sinks, t, pads):
+    """Output at slot t, row by row: row b's real position is r = t - pads[b]; query head h
+    sees real positions j <= r with r - w_h < j or j < s_h, stored at slots pads[b] + j."""
+    hq, hkv = q.shape[1], k.shape[1]
+    out = torch.zeros(q.shape[0], hq, 1, q.shape[-1], dtype=torch.float64)
+    for b, pad in enumerate(pads):
+        r = t - pad
+        for h in range(hq):
+            kv = h // (hq // hkv)
+            slots = [pad + j for j in range(r + 1) if r - windows[h] < j or j < sinks[h]]
+            keys, vals = k[b, kv, slots].double(), v[b, kv, slots].double()
+            scores = (keys @ q[b, h, 0].double()) / math.sqrt(q.shape[-1])
+            out[b, h, 0] = scores.softmax(-1) @ vals
+    return out
+
+
+@pytest.mark.parametrize(
+    "windows, sinks, n_kv_head",
+    [
+        ((8, 3, 5, 5), (2, 2, 0, 4), 2),  # GQA: heads of one KV head with different sinks
+        ((4, 1, 7, 2), (1, 3, 0, 2), 1),  # MQA
+        ((6, 2, 30, 2), (4, 4, 4, 0), 4),  # a full head: its sinks are inside its window
+    ],
+)
+@pytest.mark.parametrize("pads", [(0, 0), (0, 3), (5, 1)])
+@pytest.mark.parametrize("prompt", [2, 9])
+def test_ring_decode_with_sinks_and_left_padding(windows, sinks, n_kv_head, pads, prompt):
+    gen = torch.Generator().manual_seed(1)
+    b, hq, d, total = 2, len(windows), 8, 30
+    q = torch.randn(b, hq, total, d, generator=gen)
+    k = torch.randn(b, n_kv_head, total, d, generator=gen)
+    v = torch.randn(b, n_kv_head, total, d, generator=gen)
+    for row, pad in enumerate(pads):  # loud padding: any read of it shows in the output
+        k[row, :, :pad], v[row, :, :pad] = 50.0, 1e3
+    prompt = max(prompt, max(pads) + 1)
+    cache = KVCache(
+        [list(windows)], n_kv_head=n_kv_head, head_dim=d, batch=b, max_len=total,
+        sinks=[list(sinks)], pads=list(pads),
+    )  # fmt: skip
+    cache.prefill(0, k[:, :, :prompt], v[:, :, :prompt])
+    cache.advance(prompt)
+    for t in range(prompt, total):
+        out = cache.attend(0, q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], d**-0.5)
+        cache.advance(1)
+        expected = reference_step_rows(q[:, :, t : t + 1], k, v, windows, sinks, t, pads)
+        torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_nbytes_with_sinks_follows_the_formula():
+    # Per layer and KV head: (sinks + min(w, t)) * D * 2 * itemsize, w and sinks the largest of
+    # its query heads; max_len = t, so the reserved storage is exactly that too.
+    plan, sinks = [[4, 4, 16, 8], [2, 6, 40, 40]], [[2, 1, 4, 4], [3, 0, 0, 0]]
+    b, d, t = 2, 8, 40
+    cache = KVCache(plan, n_kv_head=2, head_dim=d, batch=b, max_len=t, sinks=sinks)
+    cache.advance(t)
+    held = (2 + 4) + (4 + 16) + (3 + 6) + (0 + 40)
+    assert cache.nbytes() == b * held * d * 2 * 4 == cache.reserved_nbytes()
+
+
+def test_bad_sinks_and_pads_raise():
+    with pytest.raises(ValueError, match="sinks must be ints >= 0"):
+        KVCache([[4, 4]], n_kv_head=2, head_dim=4, batch=1, max_len=8, sinks=[[1, -1]])
+    with pytest.raises(ValueError, match="pads must be 2 ints"):
+        KVCache([[4, 4]], n_kv_head=2, head_dim=4, batch=2, max_len=8, pads=[9, 0])

@@ -181,3 +181,40 @@ def test_cli_streams_text_for_a_trained_run(tmp_path, monkeypatch):
     args = parser.parse_args([str(run), "--prompt", "x" * 40])
     with pytest.raises(ValueError, match="prompt length 40"):
         run_generate(args, out=io.StringIO())
+
+
+SINKS = [[2, 0, 0, 1], [4, 4, 1, 0]]
+
+
+@pytest.mark.parametrize("n_kv_head", [4, 2, 1])
+def test_cached_greedy_with_sinks_equals_full_recompute(n_kv_head):
+    model = model_with(MIXED, n_kv_head=n_kv_head)
+    model.set_window_plan(MIXED, sinks=SINKS)
+    assert model.sink_plan() == SINKS
+    idx = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(5))
+    out = model.generate(idx, 30, temperature=0)
+    assert torch.equal(out, recompute_greedy(model, idx, 30))
+
+
+def test_sinks_change_the_output_and_default_to_none():
+    model = model_with(MIXED)
+    idx = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        plain = model(idx)
+        model.set_window_plan(MIXED, sinks=SINKS)
+        with_sinks = model(idx)
+        model.set_window_plan(MIXED)
+        assert model.sink_plan() == [[0] * 4, [0] * 4]
+        assert torch.equal(model(idx), plain)
+    assert not torch.allclose(with_sinks, plain)
+
+
+def test_bad_sinks_are_refused():
+    model = model_with(MIXED)
+    with pytest.raises(ValueError, match="every sink must be an int >= 0"):
+        model.set_window_plan(MIXED, sinks=[[0, 0, 0, -1], [0] * 4])
+    with pytest.raises(ValueError, match=r"sinks must be \[layer\]\[head\]"):
+        model.set_window_plan(MIXED, sinks=[[0] * 4])
+    variant = GPT(tiny(position="alibi"))
+    with pytest.raises(ValueError, match="plain softmax"):
+        variant.set_window_plan(MIXED, sinks=SINKS)

@@ -8,6 +8,8 @@ Decomposition, with block size b and W' = W (the widest window) rounded up to a 
 - blocks: queries [W, T) in blocks of b. The block starting at s needs keys s-W+1 .. s+b-1; it
   reads the aligned span [s-W', s+b) (L = W' + b keys) under one band mask, (b, L) or per head.
   Spans are strided views of K/V (no copies), so K/V are never repeated.
+- sinks (heads with s_h > 0): the prefix mask holds them; block rows get them from a small
+  extra call merged by log-sum-exp (`band_sinks`).
 Keys before position 0 (front padding, only when b does not divide W) are always outside the
 band, so the mask alone keeps them out. A key's gradient is the sum over the spans that hold it,
 which `fold_spans` gathers back into place.
@@ -49,6 +51,7 @@ class BandGeometry:
     windows: tuple[int, ...]
     seq_len: int
     block: int
+    sinks: tuple[int, ...] = ()  # per head, effective; () when no head has any
 
     @property
     def window(self) -> int:
@@ -87,7 +90,7 @@ class BandGeometry:
 
     def executed(self) -> int:
         """Score elements computed per head: the prefix (triangle when causal suffices, else
-        square) plus a (b, L) tile per block."""
+        square) plus a (b, L) tile per block; sink rows are counted by `band_sinks`."""
         p = self.prefix
         prefix = p * (p + 1) // 2 if self.prefix_is_causal else p * p
         return prefix + self.n_blocks * self.block * self.span
@@ -123,7 +126,8 @@ def prefix_mask(geo: BandGeometry, device: torch.device, dtype: torch.dtype) -> 
     if geo.prefix_is_causal:
         return None
     windows = torch.tensor(geo.windows, device=device)
-    return additive_mask(window_mask(windows, geo.prefix), dtype).unsqueeze(0)
+    sinks = torch.tensor(geo.sinks, device=device) if geo.sinks else None
+    return additive_mask(window_mask(windows, geo.prefix, sinks), dtype).unsqueeze(0)
 
 
 def query_blocks(x: torch.Tensor, geo: BandGeometry) -> torch.Tensor:
@@ -183,8 +187,11 @@ def fold_spans(spans: torch.Tensor, geo: BandGeometry, out: torch.Tensor) -> Non
 
 
 @lru_cache(maxsize=256)  # asked for several times per call (dispatch, engine, executed count)
-def geometry(windows: tuple[int, ...], seq_len: int) -> BandGeometry:
-    return BandGeometry(windows, seq_len, block_size_for(min(max(windows), seq_len)))
+def geometry(
+    windows: tuple[int, ...], seq_len: int, sinks: tuple[int, ...] | None = None
+) -> BandGeometry:
+    kept = tuple(sinks) if sinks is not None and any(sinks) else ()
+    return BandGeometry(windows, seq_len, block_size_for(min(max(windows), seq_len)), kept)
 
 
 def prefix_forward(q, k, v, geo: BandGeometry, scale: float):  # type: ignore[no-untyped-def]
@@ -212,15 +219,20 @@ def prefix_backward(dout, q, k, v, out, lse, geo: BandGeometry, scale: float):  
     )  # fmt: skip
 
 
-def blocks_forward(qp, kp, vp, geo: BandGeometry, mask, scale: float, out) -> list:  # type: ignore[no-untyped-def]
+def blocks_forward(qp, kp, vp, geo: BandGeometry, mask, scale: float, out, adjust=None) -> list:  # type: ignore[no-untyped-def]
     """Every batch element's query blocks: writes rows [prefix, T) of out (B, H, T, Dv) and
-    returns the (out_blk, lse_blk) pairs, one per batch element, for a backward."""
+    returns the (out_blk, lse_blk) pairs, one per batch element, for a backward.
+
+    `adjust(bi, out_blk, lse_blk)`, if given, updates a pair in place before it is written
+    (the sinks' merge)."""
     pairs = []
     for bi in range(qp.shape[0] if geo.n_blocks else 0):
         out_blk, lse_blk = attention_with_lse(
             query_blocks(qp[bi], geo), key_spans(kp[bi], geo), key_spans(vp[bi], geo),
             scale, mask=mask,
         )  # fmt: skip
+        if adjust is not None:
+            adjust(bi, out_blk, lse_blk)
         tail = out_blk.transpose(0, 1).flatten(1, 2)
         out[bi, :, geo.prefix :] = tail[:, : geo.seq_len - geo.prefix]
         pairs.append((out_blk, lse_blk))

@@ -32,6 +32,7 @@ from aah.attention.band_layout import (
     prefix_forward,
     query_blocks,
 )
+from aah.attention.band_sinks import sink_heads, sinks_backward, sinks_executed, sinks_forward
 from aah.attention.band_stored import banded_stored_attention
 from aah.attention.dense import dense_attention
 from aah.attention.sdpa_lse import attention_with_lse_backward
@@ -56,15 +57,17 @@ class _BandedKernel(torch.autograd.Function):
     """Forward and recomputing backward of the prefix + masked-block decomposition."""
 
     @staticmethod
-    def forward(ctx, q, k, v, windows: tuple[int, ...], scale: float):  # type: ignore[override]
+    def forward(ctx, q, k, v, windows: tuple[int, ...], scale: float, sinks=None):  # type: ignore[override]
         seq_len = q.shape[2]
-        geo = geometry(windows, seq_len)
+        geo = geometry(windows, seq_len, sinks)
         mask = band_mask(geo, q.device, q.dtype)
         qp, kp, vp = pad_queries(q, geo), pad_keys(k, geo), pad_keys(v, geo)
         out = _empty_bthd(q, seq_len)
         out_pre, lse_pre = prefix_forward(qp, kp, vp, geo, scale)
         out[:, :, : geo.prefix] = out_pre
-        blocks = [t for pair in blocks_forward(qp, kp, vp, geo, mask, scale, out) for t in pair]
+        adjust = sinks_forward(qp, kp, vp, geo, scale) if sink_heads(geo) else None
+        pairs = blocks_forward(qp, kp, vp, geo, mask, scale, out, adjust)
+        blocks = [t for pair in pairs for t in pair]
         ctx.save_for_backward(qp, kp, vp, out_pre, lse_pre, *blocks)
         ctx.geo, ctx.scale = geo, scale
         return out
@@ -78,7 +81,7 @@ class _BandedKernel(torch.autograd.Function):
         p, seq_len = geo.prefix, geo.seq_len
         dq_p, dk_p, dv_p = prefix_backward(grad_out, qp, kp, vp, out_pre, lse_pre, geo, scale)
         if geo.n_blocks == 0:  # no padding either: the prefix is the whole sequence
-            return dq_p, dk_p, dv_p, None, None
+            return dq_p, dk_p, dv_p, None, None, None
         dq = _empty_bthd(qp, seq_len)
         dq[:, :, :p] = dq_p
         # K/V gradients are built padded and returned as views: no extra copies.
@@ -93,8 +96,10 @@ class _BandedKernel(torch.autograd.Function):
             dq[bi, :, p:] = dq_b.transpose(0, 1).flatten(1, 2)[:, : seq_len - p]
             fold_spans(dk_s, geo, dk[bi])
             fold_spans(dv_s, geo, dv[bi])
+        if sink_heads(geo):
+            sinks_backward(grad_out, qp, kp, vp, blocks, geo, scale, dq, (dk, dv))
         dk, dv = add_prefix_key_grads(dk, dv, dk_p, dv_p, geo)
-        return dq, dk, dv, None, None
+        return dq, dk, dv, None, None, None
 
 
 def _stores_probabilities(q, k, v, windows: tuple[int, ...]) -> bool:  # type: ignore[no-untyped-def]
@@ -110,31 +115,46 @@ def _stores_probabilities(q, k, v, windows: tuple[int, ...]) -> bool:  # type: i
 
 
 def banded_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: tuple[int, ...], scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    windows: tuple[int, ...],
+    scale: float,
+    sinks: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
-    """Windowed attention, one block layout for all heads (sized for the widest window)."""
+    """Windowed attention, one block layout for all heads (sized for the widest window).
+
+    sinks: effective per-head sinks (`api.effective_sinks`) or None. With sinks the blocks run
+    in the fused-kernel engine (the stored engine's kept probabilities assume one call per row).
+    """
     seq_len = q.shape[2]
     if min(windows) >= seq_len:
         return F.scaled_dot_product_attention(
             q, k, v, is_causal=True, scale=scale, enable_gqa=k.shape[1] != q.shape[1]
         )
-    if _square_is_cheaper(windows, seq_len):
-        return dense_attention(q, k, v, windows, scale)
-    if _stores_probabilities(q, k, v, windows):
+    if _square_is_cheaper(windows, seq_len, sinks):
+        return dense_attention(q, k, v, windows, scale, sinks)
+    if not sinks and _stores_probabilities(q, k, v, windows):
         return banded_stored_attention(q, k, v, windows, scale)
-    return _BandedKernel.apply(q, k, v, windows, scale)
+    return _BandedKernel.apply(q, k, v, windows, scale, sinks)
 
 
-def _square_is_cheaper(windows: tuple[int, ...], seq_len: int) -> bool:
+def _square_is_cheaper(
+    windows: tuple[int, ...], seq_len: int, sinks: tuple[int, ...] | None = None
+) -> bool:
     """Short sequences: the block layout's fixed tiles would cost more than the T x T square."""
-    return geometry(windows, seq_len).executed() >= seq_len * seq_len
+    geo = geometry(windows, seq_len, sinks)
+    return geo.executed() + sinks_executed(geo) // len(windows) >= seq_len * seq_len
 
 
-def banded_executed(windows: tuple[int, ...], seq_len: int) -> int:
+def banded_executed(
+    windows: tuple[int, ...], seq_len: int, sinks: tuple[int, ...] | None = None
+) -> int:
     """Score elements the banded backend computes for these heads (one batch element); both
-    engines run the same layout."""
+    engines run the same layout, plus the sink call when some head has sinks."""
     if min(windows) >= seq_len:
         return len(windows) * seq_len * (seq_len + 1) // 2
-    if _square_is_cheaper(windows, seq_len):
+    if _square_is_cheaper(windows, seq_len, sinks):
         return len(windows) * seq_len * seq_len
-    return len(windows) * geometry(windows, seq_len).executed()
+    geo = geometry(windows, seq_len, sinks)
+    return len(windows) * geo.executed() + sinks_executed(geo)

@@ -1,6 +1,7 @@
 """Cost diagnostics, kept apart on purpose (docs/method.md, "Windows and cost").
 
-- ACR: mean over heads (and layers) of min(w, T) / T, the paper's routing diagnostic.
+- ACR: mean over heads (and layers) of min(w, T) / T, the paper's routing diagnostic; with
+  sinks, min(w + s, T) / T (the keys the last query sees).
 - causal coverage: allowed (query, key) pairs over the full causal count; the ideal cost ratio.
 - executed ratio: score elements a backend really computes over the full causal count.
 """
@@ -18,11 +19,15 @@ def causal_pairs(seq_len: int) -> int:
     return seq_len * (seq_len + 1) // 2
 
 
-def window_pairs(window: int, seq_len: int) -> int:
-    """Allowed (query, key) pairs of one head: sum over i of min(i + 1, w)."""
+def window_pairs(window: int, seq_len: int, sinks: int = 0) -> int:
+    """Allowed (query, key) pairs of one head: sum over i of min(i + 1, w) plus, for sinks,
+    the sink keys outside the window, sum over i >= w of min(s, i - w + 1)."""
     w = min(window, seq_len)
     # Queries 0..w-1 see i + 1 keys; the remaining T - w queries see w keys each.
-    return w * (w + 1) // 2 + (seq_len - w) * w
+    pairs = w * (w + 1) // 2 + (seq_len - w) * w
+    n, s = seq_len - w, min(sinks, seq_len - w)
+    # Query w - 1 + m (m = 1..n) has min(s, m) sink keys outside its window.
+    return pairs + s * (s + 1) // 2 + (n - s) * s if s > 0 else pairs
 
 
 def flatten_windows(windows: object) -> list[int]:
@@ -50,8 +55,9 @@ class Coverage:
     seq_len: int
 
 
-def coverage(windows: object, seq_len: int) -> Coverage:
-    """ACR and causal coverage of per-head windows (flat, tensor, or [layer][head])."""
+def coverage(windows: object, seq_len: int, sinks: object = 0) -> Coverage:
+    """ACR and causal coverage of per-head windows (flat, tensor, or [layer][head]) and sinks
+    (one int for every head, or the same shape as windows)."""
     if seq_len < 1:
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")
     flat = flatten_windows(windows)
@@ -60,8 +66,12 @@ def coverage(windows: object, seq_len: int) -> Coverage:
     bad = [w for w in flat if w < 1]
     if bad:
         raise ValueError(f"every window must be >= 1, got {bad[0]}")
-    acr = sum(min(w, seq_len) / seq_len for w in flat) / len(flat)
-    causal = sum(window_pairs(w, seq_len) for w in flat) / (len(flat) * causal_pairs(seq_len))
+    sink = [sinks] * len(flat) if isinstance(sinks, int) else flatten_windows(sinks)
+    if len(sink) != len(flat) or any(s < 0 for s in sink):
+        raise ValueError(f"sinks must be ints >= 0, one per window ({len(flat)}), got {sinks!r}")
+    acr = sum(min(w + s, seq_len) / seq_len for w, s in zip(flat, sink, strict=True)) / len(flat)
+    pairs = sum(window_pairs(w, seq_len, s) for w, s in zip(flat, sink, strict=True))
+    causal = pairs / (len(flat) * causal_pairs(seq_len))
     return Coverage(acr=acr, causal=causal, heads=len(flat), seq_len=seq_len)
 
 

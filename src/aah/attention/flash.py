@@ -1,6 +1,8 @@
 """FlashAttention backend (the `flash_attn` package, CUDA, fp16/bf16): one call per window bucket.
 
 Window w maps to flash's `window_size=(w - 1, 0)` with `causal=True`; full heads use (-1, 0).
+flash_attn has no way to keep sink keys outside the window: `windowed_attention` refuses sinks
+here with a ValueError, and `auto` picks flex when a plan has sinks.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """FlexAttention backend: one compiled kernel, a per-head BlockMask that skips empty tiles.
 
+Sinks are part of the mask rule, so the BlockMask keeps the first key tiles for every query
+tile that needs them: correct by construction, on any device.
+
 The BlockMask depends on (T, windows, device) and is cached on that key; the compiled kernel is
 built on first use (nothing happens at import). PyTorch has no flex backward on CPU, so on CPU
 this backend is forward-only (inference); on CUDA it runs forward and backward.
@@ -12,6 +15,8 @@ from functools import cache, lru_cache
 
 import torch
 
+Sinks = tuple[int, ...] | None  # per query head; None: no sinks
+
 TILE = 128  # FlexAttention's default block size, used for the BlockMask and the cost count
 
 
@@ -23,14 +28,23 @@ def _compiled_flex() -> Callable[..., torch.Tensor]:
 
 
 @lru_cache(maxsize=64)
-def block_mask(windows: tuple[int, ...], seq_len: int, device: str):  # type: ignore[no-untyped-def]
-    """Per-head sliding-window BlockMask: query i of head h sees keys i - w_h < j <= i."""
+def block_mask(windows: tuple[int, ...], seq_len: int, device: str, sinks: Sinks = None):  # type: ignore[no-untyped-def]
+    """Per-head sliding-window BlockMask: query i of head h sees keys j <= i with
+    i - w_h < j, or j < s_h (its sinks)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     window_of_head = torch.tensor(windows, device=device)
+    if sinks is None:
 
-    def sliding_window(b, h, q_idx, kv_idx):  # type: ignore[no-untyped-def]
-        return (kv_idx <= q_idx) & (q_idx - kv_idx < window_of_head[h])
+        def sliding_window(b, h, q_idx, kv_idx):  # type: ignore[no-untyped-def]
+            return (kv_idx <= q_idx) & (q_idx - kv_idx < window_of_head[h])
+
+    else:
+        sinks_of_head = torch.tensor(sinks, device=device)
+
+        def sliding_window(b, h, q_idx, kv_idx):  # type: ignore[no-untyped-def]
+            near = q_idx - kv_idx < window_of_head[h]
+            return (kv_idx <= q_idx) & (near | (kv_idx < sinks_of_head[h]))
 
     return create_block_mask(
         sliding_window, B=None, H=len(windows), Q_LEN=seq_len, KV_LEN=seq_len, device=device
@@ -51,6 +65,7 @@ def flex_attention_windows(
     v: torch.Tensor,
     windows: tuple[int, ...],
     scale: float,
+    sinks: Sinks = None,
     *,
     compiled: bool = True,
 ) -> torch.Tensor:
@@ -58,18 +73,19 @@ def flex_attention_windows(
     from torch.nn.attention.flex_attention import flex_attention
 
     seq_len = q.shape[2]
-    mask = block_mask(windows, seq_len, str(q.device))
+    mask = block_mask(windows, seq_len, str(q.device), sinks)
     kernel = _compiled_flex() if compiled else flex_attention
     return kernel(q, k, v, block_mask=mask, scale=scale, enable_gqa=k.shape[1] != q.shape[1])
 
 
-def flex_executed(windows: tuple[int, ...], seq_len: int) -> int:
+def flex_executed(windows: tuple[int, ...], seq_len: int, sinks: Sinks = None) -> int:
     """Score elements in the TILE x TILE tiles the BlockMask keeps (partial tiles count whole)."""
     n_tiles = -(-seq_len // TILE)
     total = 0
-    for w in windows:
+    for h, w in enumerate(windows):
+        sink_tiles = -(-sinks[h] // TILE) if sinks else 0
         for qb in range(n_tiles):
             # The tile's first query reaches furthest back: to qb * TILE - w + 1.
             first = max(0, qb * TILE - w + 1) // TILE
-            total += qb - first + 1
+            total += qb - first + 1 + min(sink_tiles, first)
     return total * TILE * TILE

@@ -1,8 +1,9 @@
 """The paper's execution branch: bucket heads by window, run each bucket, put heads back in order.
 
 Full-window buckets go through SDPA `is_causal`; local buckets through `banded`, each
-with a layout sized for its own window. The bucketing depends only on (windows, T, Hq, Hkv),
-so it is computed once per window plan and cached.
+with a layout sized for its own window. Heads of one window but different sinks go to different
+buckets. The bucketing depends only on (windows, sinks, T, Hq, Hkv), so it is computed once per
+window plan and cached.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class Bucket:
     """Query heads sharing one effective window, and the K/V heads they read."""
 
     window: int  # min(w, T); == T means full causal
+    sinks: int  # effective sinks of these heads (0 for full causal)
     q_heads: tuple[int, ...]
     # One per KV head when the bucket holds whole GQA groups (the kernel shares them natively),
     # else one per query head.
@@ -45,14 +47,20 @@ def _head_index(heads: tuple[int, ...]) -> slice | tuple[int, ...]:
 
 
 @lru_cache(maxsize=256)
-def bucket_plan(windows: tuple[int, ...], seq_len: int, n_kv_heads: int) -> BucketPlan:
+def bucket_plan(
+    windows: tuple[int, ...],
+    seq_len: int,
+    n_kv_heads: int,
+    sinks: tuple[int, ...] | None = None,
+) -> BucketPlan:
     group = len(windows) // n_kv_heads
-    by_window: dict[int, list[int]] = {}
+    by_window: dict[tuple[int, int], list[int]] = {}
     for head, w in enumerate(windows):
-        by_window.setdefault(min(w, seq_len), []).append(head)
+        key = (min(w, seq_len), sinks[head] if sinks else 0)
+        by_window.setdefault(key, []).append(head)
     buckets = []
-    for window in sorted(by_window):
-        heads = tuple(by_window[window])
+    for window, sink in sorted(by_window):
+        heads = tuple(by_window[window, sink])
         kv_groups = {h // group for h in heads}
         whole_groups = len(heads) == len(kv_groups) * group and heads == tuple(
             h for g in sorted(kv_groups) for h in range(g * group, (g + 1) * group)
@@ -62,7 +70,7 @@ def bucket_plan(windows: tuple[int, ...], seq_len: int, n_kv_heads: int) -> Buck
             if whole_groups and group > 1
             else tuple(h // group for h in heads)
         )
-        buckets.append(Bucket(window, heads, kv))
+        buckets.append(Bucket(window, sink, heads, kv))
     return BucketPlan(
         tuple(buckets),
         tuple(_head_index(b.q_heads) for b in buckets),
@@ -71,10 +79,15 @@ def bucket_plan(windows: tuple[int, ...], seq_len: int, n_kv_heads: int) -> Buck
 
 
 def grouped_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: tuple[int, ...], scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    windows: tuple[int, ...],
+    scale: float,
+    sinks: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
     seq_len = q.shape[2]
-    plan = bucket_plan(windows, seq_len, k.shape[1])
+    plan = bucket_plan(windows, seq_len, k.shape[1], sinks)
     if len(plan.buckets) == 1:
         return _run_bucket(q, k, v, plan.buckets[0], seq_len, scale)
     q_parts = split_heads(q, plan.q_index)
@@ -91,15 +104,20 @@ def _run_bucket(q, k, v, bucket: Bucket, seq_len: int, scale: float) -> torch.Te
         return F.scaled_dot_product_attention(
             q, k, v, is_causal=True, scale=scale, enable_gqa=k.shape[1] != q.shape[1]
         )
-    return banded_attention(q, k, v, (bucket.window,) * q.shape[1], scale)
+    heads = q.shape[1]
+    sinks = (bucket.sinks,) * heads if bucket.sinks else None
+    return banded_attention(q, k, v, (bucket.window,) * heads, scale, sinks)
 
 
-def grouped_executed(windows: tuple[int, ...], seq_len: int) -> int:
+def grouped_executed(
+    windows: tuple[int, ...], seq_len: int, sinks: tuple[int, ...] | None = None
+) -> int:
     total = 0
-    for bucket in bucket_plan(windows, seq_len, len(windows)).buckets:
+    for bucket in bucket_plan(windows, seq_len, len(windows), sinks).buckets:
         heads = len(bucket.q_heads)
         if bucket.window >= seq_len:
             total += heads * causal_pairs(seq_len)
         else:
-            total += banded_executed((bucket.window,) * heads, seq_len)
+            bucket_sinks = (bucket.sinks,) * heads if bucket.sinks else None
+            total += banded_executed((bucket.window,) * heads, seq_len, bucket_sinks)
     return total

@@ -1,6 +1,6 @@
 """The float64 oracle: plain masked softmax, written for clarity, not speed.
 
-Shapes: q (B, Hq, T, D); k, v (B, Hkv, T, D); windows (Hq,).
+Shapes: q (B, Hq, T, D); k, v (B, Hkv, T, D); windows (Hq,); sinks (Hq,) or None.
 """
 
 from __future__ import annotations
@@ -11,9 +11,14 @@ from aah.attention.masks import window_mask
 
 
 def reference_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: torch.Tensor, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    windows: torch.Tensor,
+    scale: float,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Exact windowed causal attention computed in float64, returned in q's dtype."""
+    """Exact windowed causal attention (with sinks) in float64, returned in q's dtype."""
     batch, n_q_heads, seq_len, head_dim = q.shape
     n_kv_heads = k.shape[1]
     group = n_q_heads // n_kv_heads
@@ -22,7 +27,7 @@ def reference_attention(
     k64 = k.double().unsqueeze(2)
     v64 = v.double().unsqueeze(2)
     scores = torch.matmul(q64, k64.transpose(-1, -2)) * scale  # (B, Hkv, G, T, T)
-    allowed = window_mask(windows.to(q.device), seq_len)  # (Hq, T, T)
+    allowed = window_mask(windows.to(q.device), seq_len, sinks)  # (Hq, T, T)
     allowed = allowed.reshape(n_kv_heads, group, seq_len, seq_len)
     scores = scores.masked_fill(~allowed, float("-inf"))
     probs = torch.softmax(scores, dim=-1)

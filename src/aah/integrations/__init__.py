@@ -1,7 +1,7 @@
 """Integrations with other libraries, each an optional extra imported only when used.
 
 - `aah.integrations.hf`: per-head windows for Hugging Face transformers models
-  (`pip install 'aah[hf]'`), with post-hoc plan search (`hf_search`), plan files
+  (`pip install 'aah-attention[hf]'`), with post-hoc plan search (`hf_search`), plan files
   (`hf_plan`), perplexity sweeps and heatmaps (`hf_report`) and CLI logic (`hf_cli`).
 
 Importing this package imports nothing heavy; transformers loads inside the functions.

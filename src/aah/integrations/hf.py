@@ -2,14 +2,18 @@
 
     from aah.integrations import hf
     hf.apply(model, plan)   # plan[layer][query_head] -> window; model now runs "aah" attention
+    hf.apply(model, plan, sinks=4)  # ... and every head also sees the first 4 tokens
     hf.remove(model)        # back to the implementation it had before
+
+For decoding that keeps only each head's window and sinks, pass a `hf_cache.PerHeadCache`
+(`hf.per_head_cache(model, max_cache_len)`) to `generate`.
 
 Supported families (config.model_type): GPT-2, Llama, Mistral, Qwen2, Qwen3, GQA included.
 `apply` registers the "aah" attention function (`hf_attention.aah_attention_forward`) and its
 mask builder, stores each layer's windows on its attention module (`module.aah_windows`), and
 switches the model's attention implementation to "aah". Registration is global in transformers
 and idempotent; nothing happens at import time. transformers is imported lazily: without it
-every function here raises ImportError naming `pip install 'aah[hf]'`.
+every function here raises ImportError naming `pip install 'aah-attention[hf]'`.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from aah.controller.plan import Plan, check_plan
 from aah.integrations.hf_attention import (
     BACKEND_ATTR,
     PROBE_ATTR,
+    SINKS_ATTR,
     WINDOWS_ATTR,
     Probe,
     aah_attention_forward,
@@ -51,7 +56,7 @@ def require_transformers() -> ModuleType:
         import transformers
     except ImportError as err:
         raise ImportError(
-            "the Hugging Face integration needs transformers: pip install 'aah[hf]'"
+            "the Hugging Face integration needs transformers: pip install 'aah-attention[hf]'"
         ) from err
     return transformers
 
@@ -63,7 +68,7 @@ def register() -> None:
     if interface is None:
         raise ImportError(
             f"transformers {transformers.__version__} has no AttentionInterface; "
-            "pip install 'aah[hf]' for a recent version"
+            "pip install 'aah-attention[hf]' for a recent version"
         )
     interface.register(IMPLEMENTATION, aah_attention_forward)
     try:
@@ -112,28 +117,64 @@ def plan_windows(plan: Any) -> Plan:
     return getattr(plan, "windows", plan)
 
 
-def apply(model: torch.nn.Module, plan: Any, *, backend: str = "auto") -> None:
+def plan_sinks(plan: Any, sinks: Any, n_layer: int, n_head: int) -> list[list[int]] | None:
+    """Sinks as [layer][head] ints >= 0, or None for none: `sinks` (one int for every head, or
+    [layer][head]), else the plan's own `.sinks`."""
+    if sinks is None:
+        sinks = getattr(plan, "sinks", None)
+    if sinks is None:
+        return None
+    if isinstance(sinks, int) and not isinstance(sinks, bool):
+        if sinks < 0:
+            raise ValueError(f"sinks must be >= 0, got {sinks}")
+        rows = [[sinks] * n_head for _ in range(n_layer)]
+    else:
+        try:
+            rows = [[s for s in row] for row in sinks]
+        except TypeError:
+            raise ValueError(f"sinks must be an int or [layer][head] ints, got {sinks!r}") from None
+        bad = [s for row in rows for s in row if isinstance(s, bool) or not isinstance(s, int)]
+        if bad or any(s < 0 for row in rows for s in row):
+            raise ValueError(f"every sink must be an int >= 0, got {sinks!r:.80}")
+        if len(rows) != n_layer or any(len(row) != n_head for row in rows):
+            raise ValueError(
+                f"sinks must be [layer][head] ({n_layer} x {n_head}), got {sinks!r:.80}"
+            )
+    return rows if any(any(row) for row in rows) else None
+
+
+def apply(model: torch.nn.Module, plan: Any, *, backend: str = "auto", sinks: Any = None) -> None:
     """Give every query head of every layer its window (plan[layer][head]) and switch to "aah".
 
     Args:
         model: a supported transformers model (causal LM or base model).
-        plan: [layer][query_head] ints >= 1 (w >= T: full causal), or an object with `.windows`.
+        plan: [layer][query_head] ints >= 1 (w >= T: full causal), or an object with `.windows`
+            (and optionally `.sinks`).
         backend: the `windowed_attention` backend for prefill ("auto" picks per device).
+        sinks: attention sinks, one int for every head or [layer][head] ints >= 0; None takes
+            the plan's `.sinks` if it has them, else none. Query i also sees keys j < s.
 
     Raises:
-        ValueError: unsupported family, a plan whose shape differs from the model, bad backend.
+        ValueError: unsupported family, a plan or sinks whose shape differs from the model,
+            bad backend.
         ImportError: transformers missing.
     """
     register()
     lay = layout(model)
     windows = check_plan(plan_windows(plan), lay.n_layer, lay.n_head)
+    sink_rows = plan_sinks(plan, sinks, lay.n_layer, lay.n_head)
     if backend != "auto" and backend not in BACKENDS:
         raise ValueError(
             f"unknown backend {backend!r}; choose auto or one of {', '.join(BACKENDS)}"
         )
-    for module, row in zip(lay.modules, windows, strict=True):
+    for i, (module, row) in enumerate(zip(lay.modules, windows, strict=True)):
         setattr(module, WINDOWS_ATTR, tuple(row))
         setattr(module, BACKEND_ATTR, backend)
+        if sink_rows is None:
+            if hasattr(module, SINKS_ATTR):
+                delattr(module, SINKS_ATTR)
+        else:
+            setattr(module, SINKS_ATTR, tuple(sink_rows[i]))
     current = implementation(model)
     if current != IMPLEMENTATION:
         setattr(model, PREVIOUS_ATTR, current)
@@ -149,10 +190,26 @@ def current_plan(model: torch.nn.Module) -> Plan | None:
     return [list(r) for r in rows]  # type: ignore[arg-type]
 
 
+def current_sinks(model: torch.nn.Module) -> list[list[int]] | None:
+    """The sinks `apply` set, [layer][head], or None when there are none."""
+    rows = [getattr(m, SINKS_ATTR, None) for m in layout(model).modules]
+    if all(r is None for r in rows):
+        return None
+    n_head = layout(model).n_head
+    return [list(r) if r is not None else [0] * n_head for r in rows]
+
+
+def per_head_cache(model: torch.nn.Module, max_cache_len: int | None = None) -> Any:
+    """A `hf_cache.PerHeadCache` for the plan and sinks now applied, for `generate`'s cache."""
+    from aah.integrations.hf_cache import PerHeadCache
+
+    return PerHeadCache(model, max_cache_len)
+
+
 def remove(model: torch.nn.Module) -> None:
     """Undo `apply`: drop the windows and restore the previous implementation (default sdpa)."""
     for module in layout(model).modules:
-        for attr in (WINDOWS_ATTR, BACKEND_ATTR, PROBE_ATTR):
+        for attr in (WINDOWS_ATTR, BACKEND_ATTR, PROBE_ATTR, SINKS_ATTR):
             if hasattr(module, attr):
                 delattr(module, attr)
     previous = getattr(model, PREVIOUS_ATTR, "sdpa")
@@ -185,13 +242,15 @@ def probing(model: torch.nn.Module, probe: Probe) -> Iterator[Layout]:
     """
     register()
     lay = layout(model)
-    attrs = (WINDOWS_ATTR, PROBE_ATTR)
+    attrs = (WINDOWS_ATTR, PROBE_ATTR, SINKS_ATTR)
     saved = [{a: getattr(m, a) for a in attrs if hasattr(m, a)} for m in lay.modules]
     before = implementation(model)
     try:
         for module in lay.modules:
             setattr(module, WINDOWS_ATTR, None)  # None: full causal, whatever T is
             setattr(module, PROBE_ATTR, probe)
+            if hasattr(module, SINKS_ATTR):
+                delattr(module, SINKS_ATTR)
         set_implementation(model, IMPLEMENTATION)
         yield lay
     finally:
@@ -208,7 +267,7 @@ def probing(model: torch.nn.Module, probe: Probe) -> Iterator[Layout]:
 @contextmanager
 def applied(model: torch.nn.Module, plan: Any, *, backend: str = "auto") -> Iterator[None]:
     """`apply(model, plan)` inside the block; the previous plan (or none) is back on exit."""
-    before = current_plan(model)
+    before, before_sinks = current_plan(model), current_sinks(model)
     previous_backend = getattr(layout(model).modules[0], BACKEND_ATTR, "auto")
     try:
         apply(model, plan, backend=backend)
@@ -217,4 +276,4 @@ def applied(model: torch.nn.Module, plan: Any, *, backend: str = "auto") -> Iter
         if before is None:
             remove(model)
         else:
-            apply(model, before, backend=previous_backend)
+            apply(model, before, backend=previous_backend, sinks=before_sinks or 0)

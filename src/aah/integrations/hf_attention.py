@@ -7,16 +7,19 @@ update; Hq % Hkv == 0 and query head h reads KV head h // (Hq // Hkv). It return
 (output (B, Tq, Hq, D), None): no attention weights are materialised.
 
 Per-head windows come from the module: `module.aah_windows` holds one int per query head
-(None = full causal), set by `aah.integrations.hf.apply`. Query at position p with window w sees
-keys p - w < j <= p. A layer's own `sliding_window` kwarg (Mistral, Qwen sliding layers) uses the
-same convention, so the effective window is min(w, sliding_window).
+(None = full causal) and `module.aah_sinks` one sink count per query head (absent: none), set by
+`aah.integrations.hf.apply`. Query at real position p with window w and s sinks sees keys
+p - w < j <= p and j < s. A layer's own `sliding_window` kwarg (Mistral, Qwen sliding layers)
+uses the same convention, so the effective window is min(w, sliding_window).
 
 Supported: prefill / training with Tq == Tk (any `windowed_attention` backend, gradients
-included), and KV-cache decoding or chunked prefill with Tq < Tk where the cache holds the most
-recent Tk keys (DynamicCache; a dense masked path, O(Tq * Tk) per head).
-Refused with ValueError: attention masks other than the plain causal / sliding pattern (padding
-of unequal lengths, packed sequences, static caches), dropout > 0, non-causal attention
-(encoders, cross-attention), logit soft-capping and attention sinks.
+included); KV-cache decoding or chunked prefill with Tq < Tk where the cache holds the most
+recent Tk keys (DynamicCache; a dense masked path, O(Tq * Tk) per head); decoding with
+`hf_cache.PerHeadCache`, which hands its key tensor over marked (`CACHE_MARK`) so the step
+reads only the cache's per-head windows and sinks; left padding in all of these (`hf_padding`).
+Refused with ValueError: other attention masks (right padding, packed sequences, static caches),
+dropout > 0, non-causal attention (encoders, cross-attention), logit soft-capping and learned
+sink logits (`s_aux`).
 """
 
 from __future__ import annotations
@@ -27,12 +30,14 @@ from typing import Any
 import torch
 
 from aah.attention import windowed_attention
+from aah.integrations.hf_padding import check_sinks_kept, query_slots, row_pads
 
 WINDOWS_ATTR = "aah_windows"
+SINKS_ATTR = "aah_sinks"
+# Attribute `PerHeadCache.update` sets on the key tensor it returns: the cache that holds it.
+CACHE_MARK = "_aah_per_head_cache"
 BACKEND_ATTR = "aah_backend"
 PROBE_ATTR = "aah_probe"
-# Additive mask values at or below this count as "masked" (exp(-1e4) is 0 in every float dtype).
-MASKED_BELOW = -1.0e4
 
 # probe(module, query, key, value, scale): sees every call's post-RoPE tensors (plan search).
 Probe = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor, float], None]
@@ -54,23 +59,68 @@ def aah_attention_forward(
 ) -> tuple[torch.Tensor, None]:
     """Per-head windowed causal attention in transformers' calling convention (module docstring)."""
     _refuse_unsupported(module, dropout, is_causal, kwargs)
-    _, n_q, q_len, dim = query.shape
-    k_len = key.shape[2]
+    batch, n_q, q_len, dim = query.shape
+    step = getattr(key, CACHE_MARK, None)  # a PerHeadCache step (hf_cache)
+    # With the per-head cache the key tensor holds only the new keys: the mask spans them all.
+    k_len = step.mask_length(q_len) if step is not None else key.shape[2]
     if q_len > k_len:
         raise ValueError(f"aah attention: {q_len} queries but only {k_len} keys")
+    pads = None
+    position_ids = kwargs.get("position_ids")
     if attention_mask is not None:
-        check_structural_mask(attention_mask, q_len, k_len, sliding_window)
+        pads = row_pads(attention_mask, position_ids, q_len, k_len, sliding_window, batch)
     windows = effective_windows(module, n_q, k_len, sliding_window)
+    sinks = head_sinks(module, n_q)
+    if any(sinks) and step is None:
+        check_sinks_kept(position_ids, k_len, batch)
     scale = float(scaling) if scaling is not None else dim**-0.5
     probe = getattr(module, PROBE_ATTR, None)
     if probe is not None:
         probe(module, query, key, value, scale)
-    if q_len == k_len:
+    if step is not None and step.decoding:
+        out = step.attend(query, key, value, scale, windows, sinks, pads)
+    elif q_len == key.shape[2]:
         backend = getattr(module, BACKEND_ATTR, "auto")
-        out = windowed_attention(query, key, value, windows, backend=backend, scale=scale)
+        out = prefill_attention(query, key, value, windows, sinks, pads, backend, scale)
     else:
-        out = suffix_attention(query, key, value, windows, scale)
+        out = suffix_attention(query, key, value, windows, scale, sinks, pads)
     return out.transpose(1, 2).contiguous(), None
+
+
+def head_sinks(module: torch.nn.Module, n_q: int) -> list[int]:
+    """One sink count per query head: the module's (set by `hf.apply`), 0 when it has none."""
+    sinks = getattr(module, SINKS_ATTR, None)
+    if sinks is None:
+        return [0] * n_q
+    if len(sinks) != n_q:
+        raise ValueError(f"aah sinks give {len(sinks)} counts, the layer has {n_q} query heads")
+    return [int(s) for s in sinks]
+
+
+def prefill_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    windows: Sequence[int],
+    sinks: Sequence[int],
+    pads: torch.Tensor | None,
+    backend: str,
+    scale: float,
+) -> torch.Tensor:
+    """(B, Hq, T, D) windowed attention over T == Tk keys. Rows of equal padding run together
+    on their real slots (the windows and sinks count from the first real token); pad query
+    rows get zeros."""
+    if pads is None:
+        return windowed_attention(q, k, v, windows, backend=backend, scale=scale, sinks=sinks)
+    out = torch.zeros_like(q)
+    for pad in sorted(set(pads.tolist())):
+        rows = (pads == pad).nonzero().flatten()
+        real = slice(pad, None)
+        out[rows, :, real] = windowed_attention(
+            q[rows][:, :, real], k[rows][:, :, real], v[rows][:, :, real], windows,
+            backend=backend, scale=scale, sinks=sinks,
+        )  # fmt: skip
+    return out
 
 
 def effective_windows(
@@ -91,69 +141,38 @@ def effective_windows(
     return windows
 
 
-def check_structural_mask(
-    mask: torch.Tensor, q_len: int, k_len: int, sliding_window: int | None
-) -> None:
-    """Accept a mask only if it is exactly the causal (or sliding) pattern the windows imply.
-
-    The windows already encode causality, so a mask can only add information the backends cannot
-    take (padding, packing, unused static-cache slots): refuse rather than silently ignore it.
-    """
-    if mask.dim() != 4 or mask.shape[-2] != q_len or mask.shape[-1] != k_len:
-        raise ValueError(
-            f"aah attention: attention mask of shape {tuple(mask.shape)} does not match "
-            f"(batch, heads, {q_len}, {k_len}); static caches and custom masks are not supported"
-        )
-    if mask.dtype == torch.bool:
-        allowed = mask
-    else:
-        allowed = mask == 0
-        if not (allowed | (mask <= MASKED_BELOW)).all():
-            raise ValueError("aah attention: additive bias masks (values other than 0 / -inf)")
-    expected = causal_pattern(q_len, k_len, sliding_window, mask.device)
-    if not torch.equal(allowed, expected.expand_as(allowed)):
-        raise ValueError(
-            "aah attention: the attention mask is not the plain causal pattern. Padding (a batch "
-            "of unequal lengths), packed sequences and static caches are not supported; run "
-            "batches of equal length without padding (attention_mask all ones or None)"
-        )
-
-
-def causal_pattern(
-    q_len: int, k_len: int, sliding_window: int | None, device: torch.device
-) -> torch.Tensor:
-    """(Tq, Tk) bool: query i (at position k_len - q_len + i) may see key j."""
-    dist = query_positions(q_len, k_len, device)[:, None] - torch.arange(k_len, device=device)
-    allowed = dist >= 0
-    if sliding_window is not None:
-        allowed &= dist < sliding_window
-    return allowed
-
-
-def query_positions(q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
-    # The cache holds the most recent keys, so the queries are the last q_len positions.
-    return torch.arange(k_len - q_len, k_len, device=device)
-
-
 def suffix_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, windows: Sequence[int], scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    windows: Sequence[int],
+    scale: float,
+    sinks: Sequence[int] | None = None,
+    pads: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """(B, Hq, Tq, D): windowed attention of the last Tq positions over Tk >= Tq keys.
+    """(B, Hq, Tq, D): windowed attention of the last Tq slots over Tk >= Tq keys.
 
-    Dense masked scores in float32, grouped under their KV head (K/V never repeated). Every row
-    sees at least its own key, so no row is fully masked.
+    Dense masked scores in float32, grouped under their KV head (K/V never repeated). Every
+    real row sees at least its own key; pad rows (all keys masked) give zeros.
     """
     batch, n_q, q_len, dim = q.shape
     n_kv, k_len = k.shape[1], k.shape[2]
     group = n_q // n_kv
-    dist = query_positions(q_len, k_len, q.device)[:, None] - torch.arange(k_len, device=q.device)
-    w = torch.tensor(list(windows), device=q.device).view(n_q, 1, 1)
-    allowed = (dist >= 0) & (dist < w)  # (Hq, Tq, Tk)
+    device = q.device
+    slots = query_slots(q_len, k_len, device)
+    keys = torch.arange(k_len, device=device)
+    dist = slots[:, None] - keys  # (Tq, Tk)
+    w = torch.tensor(list(windows), device=device).view(1, n_q, 1, 1)
+    s = torch.tensor(list(sinks or [0] * n_q), device=device).view(1, n_q, 1, 1)
+    pad = pads if pads is not None else torch.zeros(batch, dtype=torch.long, device=device)
+    pad = pad.to(device).view(batch, 1, 1, 1)
+    real_key = keys.view(1, 1, 1, k_len) - pad  # the key's real position per row
+    allowed = (dist >= 0) & (real_key >= 0) & ((dist < w) | (real_key < s))  # (B, Hq, Tq, Tk)
     qg = q.float().reshape(batch, n_kv, group * q_len, dim)
     scores = torch.matmul(qg, k.float().transpose(-1, -2)).mul_(scale)
     scores = scores.view(batch, n_q, q_len, k_len).masked_fill(~allowed, float("-inf"))
-    probs = torch.softmax(scores, dim=-1).view(batch, n_kv, group * q_len, k_len)
-    out = torch.matmul(probs, v.float())
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # pad rows see nothing
+    out = torch.matmul(probs.view(batch, n_kv, group * q_len, k_len), v.float())
     return out.view(batch, n_q, q_len, v.shape[-1]).to(q.dtype)
 
 
@@ -170,6 +189,6 @@ def _refuse_unsupported(
             f"aah attention: {type(module).__name__} is not causal (encoder or cross-attention); "
             "per-head windows are causal only"
         )
-    for name, what in (("softcap", "logit soft-capping"), ("s_aux", "attention sinks")):
+    for name, what in (("softcap", "logit soft-capping"), ("s_aux", "learned sink logits")):
         if kwargs.get(name) is not None:
             raise ValueError(f"aah attention: {what} ({name!r}) is not supported")

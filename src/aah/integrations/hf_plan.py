@@ -5,7 +5,8 @@
 
 `windows[layer][query_head]`; `coverage` is the plan's causal coverage at `seq_len` (the
 calibration length; at other lengths the same windows cover a different share); `lost_mass` is
-the expected attention mass beyond the windows, averaged over heads. JSON floats are written
+the expected attention mass beyond the windows, averaged over heads; `sinks[layer][query_head]`
+(optional, absent: none) are the attention sinks `hf.apply` gives the plan. JSON floats are written
 with Python's shortest round-trip repr, so `from_json(p.to_json()) == p` exactly. The file is
 also readable by `aah.controller.plan.load_plan` (it has a "windows" key).
 """
@@ -19,7 +20,8 @@ from pathlib import Path
 
 from aah.controller.plan import Plan, check_plan
 
-FIELDS = ("windows", "budget", "coverage", "candidates", "model", "seq_len", "lost_mass")
+FIELDS = ("windows", "budget", "coverage", "candidates", "model", "seq_len", "lost_mass", "sinks")
+OPTIONAL = ("lost_mass", "sinks")
 
 
 @dataclass(frozen=True)
@@ -33,9 +35,22 @@ class SearchedPlan:
     model: str
     seq_len: int
     lost_mass: float | None = None
+    sinks: Plan | None = None
 
     def __post_init__(self) -> None:
         check_plan(self.windows)
+        if self.sinks is not None:
+            shape = [len(row) for row in self.windows]
+            if (
+                not isinstance(self.sinks, list)
+                or [len(r) for r in self.sinks] != shape
+                or any(
+                    isinstance(s, bool) or not isinstance(s, int) or s < 0
+                    for r in self.sinks
+                    for s in r
+                )
+            ):
+                raise ValueError(f"sinks must be ints >= 0 shaped like windows, got {self.sinks!r}")
         if not self.candidates or any(
             isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in self.candidates
         ):
@@ -57,7 +72,7 @@ class SearchedPlan:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("a plan file must hold one JSON object")
-        missing = [f for f in FIELDS[:-1] if f not in data]
+        missing = [f for f in FIELDS if f not in data and f not in OPTIONAL]
         if missing:
             raise ValueError(f"plan file lacks {', '.join(missing)}")
         unknown = sorted(set(data) - set(FIELDS))
@@ -71,6 +86,7 @@ class SearchedPlan:
             model=str(data["model"]),
             seq_len=data["seq_len"],
             lost_mass=data.get("lost_mass"),
+            sinks=data.get("sinks"),
         )
 
     def save(self, path: str | Path) -> None:

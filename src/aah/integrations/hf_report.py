@@ -133,12 +133,12 @@ def sweep_json(rows: Sequence[SweepRow]) -> str:
 def save_heatmap(plan: Any, path: str | Path, *, title: str | None = None) -> None:
     """A layer x head heatmap PNG of the plan's windows (log2 colour scale, values written in).
 
-    Needs matplotlib: ImportError naming `pip install 'aah[plots]'` when it is missing.
+    Needs matplotlib: ImportError naming `pip install matplotlib` when it is missing.
     """
     try:
         from matplotlib.figure import Figure
     except ImportError as err:
-        raise ImportError("the plan heatmap needs matplotlib: pip install 'aah[plots]'") from err
+        raise ImportError("the plan heatmap needs matplotlib: pip install matplotlib") from err
     windows = plan_windows(plan)
     grid = torch.tensor(windows, dtype=torch.float64)
     n_layer, n_head = grid.shape

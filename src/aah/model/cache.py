@@ -1,102 +1,42 @@
 """`KVCache`: a per-head KV cache whose memory and decode work follow the window plan.
 
-Shapes: B batch, Hq query heads, Hkv key/value heads, G = Hq / Hkv, D head dim, C capacity.
+Shapes: B batch, Hq query heads, Hkv key/value heads, G = Hq / Hkv, D head dim, C capacity,
+S sink slots.
 
 Each KV head keeps a ring buffer of the last `C = min(w, max_len)` positions, where `w` is the
 largest window among the query heads that read it (GQA/MQA) and `max_len` the most positions
-the cache will ever hold. Position p lives in slot `p % C`; a head with `C == max_len` never
-wraps, so it is a plain growing cache. KV heads of equal capacity share one tensor per
-(layer, capacity) bucket so decoding batches over them. Within a bucket, query heads of equal
-window form rectangles (KV heads x group rows), one SDPA call each, over exactly their last w
-ring entries: a slice, or a copy of w entries where the ring wraps; no mask is ever built.
+the cache will ever hold, and, when those heads have attention sinks, the first `S` positions
+(S = their largest sink count that can matter within max_len). Position p lives in ring slot
+`p % C`; a head with `C == max_len` never wraps, so it is a plain growing cache. KV heads of
+equal (capacity, sinks) share one tensor per layer so decoding batches over them. Within a
+bucket, query heads of equal (window, sinks) form rectangles (KV heads x group rows), one SDPA
+call each, over exactly their last w ring entries (a slice, or a copy of w entries where the
+ring wraps) and the sinks their window has left; a mask is built only for padded rows.
 Storage is reserved once, in the constructor; `nbytes()` counts the positions held so far and
 reaches `reserved_nbytes()` when `max_len` positions have been seen.
+
+Left padding (batches of unequal prompts): `pads[b]` slots precede row b's first real token;
+its sinks are its own first S real tokens, and pad slots are never read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-Index = slice | torch.Tensor  # a slice where heads are contiguous (a view), else a gather
-
-
-@dataclass
-class _Rows:
-    """Query heads of one bucket sharing one window: `kv` (bucket-local KV heads) x `g` (rows
-    of the GQA group), a rectangle so one SDPA call serves them."""
-
-    window: int  # min(w, C): these queries read the ring's last `window` entries
-    kv: Index
-    g: Index
-    heads: Index  # their query heads, kv-major then g: where the output goes
-
-
-@dataclass
-class _Bucket:
-    """KV heads of one layer that share a capacity, with their ring buffers."""
-
-    capacity: int
-    kv_heads: tuple[int, ...]
-    select: Index  # picks these KV heads out of (B, Hkv, ...)
-    rows: list[_Rows]
-    k: torch.Tensor  # (B, Hb, C, D)
-    v: torch.Tensor  # (B, Hb, C, D)
-
-
-def kv_capacities(plan: Sequence[Sequence[int]], n_kv_head: int, max_len: int) -> list[list[int]]:
-    """`[layer][kv_head]` ring capacities: min(largest window of the head's queries, max_len)."""
-    caps = []
-    for row in plan:
-        group = len(row) // n_kv_head
-        caps.append([min(max(row[j * group : (j + 1) * group]), max_len) for j in range(n_kv_head)])
-    return caps
-
-
-def _selector(heads: tuple[int, ...], device: torch.device) -> Index:
-    # A contiguous run of heads is a view; anything else needs an index (a gather).
-    if heads == tuple(range(heads[0], heads[-1] + 1)):
-        return slice(heads[0], heads[-1] + 1)
-    return torch.tensor(heads, dtype=torch.long, device=device)
-
-
-def _rows(
-    wins: list[list[int]], kv_heads: tuple[int, ...], cap: int, device: torch.device
-) -> list[_Rows]:
-    """Split a bucket's query heads (wins[local kv][g]) into rectangles of equal window."""
-    group = len(wins[0])
-    rows = []
-    for window in sorted({min(w, cap) for ws in wins for w in ws}, reverse=True):
-        by_gs: dict[tuple[int, ...], list[int]] = {}
-        for j, ws in enumerate(wins):
-            gs = tuple(g for g in range(group) if min(ws[g], cap) == window)
-            if gs:
-                by_gs.setdefault(gs, []).append(j)
-        for gs, js in by_gs.items():
-            heads = tuple(kv_heads[j] * group + g for j in js for g in gs)
-            rows.append(
-                _Rows(
-                    window,
-                    _selector(tuple(js), device),
-                    _selector(gs, device),
-                    _selector(heads, device),
-                )
-            )
-    return rows
-
-
-def _last(x: torch.Tensor, t: int, n: int, window: int) -> torch.Tensor:
-    """The ring entries (B, H, window, D) of positions t - window < p <= t, in any order."""
-    cap = x.shape[2]
-    if window >= n:
-        return x[:, :, :n]
-    start, end = (t - window + 1) % cap, t % cap + 1
-    if start < end:
-        return x[:, :, start:end]
-    return torch.cat([x[:, :, start:], x[:, :, :end]], dim=2)  # wrapped: copies `window` entries
+from aah.model.cache_layout import (
+    Bucket,
+    head_sinks,
+    kv_capacities,
+    kv_sinks,
+    make_rows,
+    padded_mask,
+    ring_last,
+    ring_positions,
+    selector,
+)
 
 
 class KVCache:
@@ -116,8 +56,11 @@ class KVCache:
         max_len: int,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        sinks: Sequence[Sequence[int]] | None = None,
+        pads: Sequence[int] | None = None,
     ) -> None:
-        """plan `[layer][query head]` windows >= 1; `max_len` >= 1 positions at most."""
+        """plan `[layer][query head]` windows >= 1; sinks alike (ints >= 0, None: none);
+        `max_len` >= 1 positions at most; pads: left-padding slots per row (None: none)."""
         rows = [[int(w) for w in row] for row in plan]
         if not rows:
             raise ValueError("plan is empty: give one row of windows per layer")
@@ -133,33 +76,51 @@ class KVCache:
             raise ValueError(
                 f"max_len, batch and head_dim must be >= 1, got {max_len}, {batch}, {head_dim}"
             )
-        self.plan = rows
+        sink_rows = [[0] * n_head for _ in rows] if sinks is None else [list(r) for r in sinks]
+        if [len(r) for r in sink_rows] != [len(r) for r in rows] or any(
+            isinstance(s, bool) or not isinstance(s, int) or s < 0 for r in sink_rows for s in r
+        ):
+            raise ValueError(f"sinks must be ints >= 0 shaped like the plan, got {sinks}")
+        self.pads = self._check_pads(pads, batch, max_len)
+        self.plan, self.sinks = rows, sink_rows
         self.n_head, self.n_kv_head, self.head_dim = n_head, n_kv_head, head_dim
         self.batch, self.max_len, self.length = batch, max_len, 0
         self.dtype, self.device = dtype, torch.device(device)
         self.capacities = kv_capacities(rows, n_kv_head, max_len)
-        self.layers = [
-            self._layer(row, caps) for row, caps in zip(rows, self.capacities, strict=True)
-        ]
+        self.sink_slots = kv_sinks(rows, sink_rows, n_kv_head, max_len)
+        self.layers = [self._layer(i) for i in range(len(rows))]
         # One rectangle covering every query head in order: its output is the layer's output.
         self.whole = [
             len(bs) == 1 and len(bs[0].rows) == 1 and bs[0].rows[0].heads == slice(0, n_head)
             for bs in self.layers
         ]
 
-    def _layer(self, row: list[int], caps: list[int]) -> list[_Bucket]:
+    @staticmethod
+    def _check_pads(pads: Sequence[int] | None, batch: int, max_len: int) -> torch.Tensor | None:
+        if pads is None or not any(pads):
+            return None
+        values = [int(p) for p in pads]
+        if len(values) != batch or any(p < 0 or p >= max_len for p in values):
+            raise ValueError(f"pads must be {batch} ints in [0, max_len={max_len}), got {pads}")
+        return torch.tensor(values, dtype=torch.long)
+
+    def _layer(self, layer: int) -> list[Bucket]:
         group = self.n_head // self.n_kv_head
+        row, caps, slots = self.plan[layer], self.capacities[layer], self.sink_slots[layer]
+        sinks = head_sinks(row, self.sinks[layer], self.max_len)
         buckets = []
-        for cap in sorted(set(caps), reverse=True):
-            heads = tuple(j for j, c in enumerate(caps) if c == cap)
+        for cap, n_sink in sorted(set(zip(caps, slots, strict=True)), reverse=True):
+            heads = tuple(j for j in range(self.n_kv_head) if (caps[j], slots[j]) == (cap, n_sink))
             wins = [[row[j * group + g] for g in range(group)] for j in heads]
-            shape = (self.batch, len(heads), cap, self.head_dim)
+            sks = [[sinks[j * group + g] for g in range(group)] for j in heads]
+            shape = (self.batch, len(heads), n_sink + cap, self.head_dim)
             buckets.append(
-                _Bucket(
+                Bucket(
                     capacity=cap,
+                    sinks=n_sink,
                     kv_heads=heads,
-                    select=_selector(heads, self.device),
-                    rows=_rows(wins, heads, cap, self.device),
+                    select=selector(heads, self.device),
+                    rows=make_rows(wins, sks, heads, cap, self.device),
                     k=torch.zeros(shape, dtype=self.dtype, device=self.device),
                     v=torch.zeros(shape, dtype=self.dtype, device=self.device),
                 )
@@ -168,9 +129,14 @@ class KVCache:
 
     def nbytes(self) -> int:
         """Bytes of the keys and values held: B * sum over layers and KV heads of
-        min(C, t) * D * 2 * element size, t the positions seen (C = min(w, max_len))."""
+        (min(S, t) + min(C, t)) * D * 2 * element size, t the positions seen."""
         size = torch.empty((), dtype=self.dtype).element_size()
-        held = sum(min(c, self.length) for caps in self.capacities for c in caps)
+        t = self.length
+        held = sum(
+            min(s, t) + min(c, t)
+            for caps, slots in zip(self.capacities, self.sink_slots, strict=True)
+            for c, s in zip(caps, slots, strict=True)
+        )
         return self.batch * held * self.head_dim * 2 * size
 
     def reserved_nbytes(self) -> int:
@@ -189,24 +155,37 @@ class KVCache:
 
     def prefill(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store k, v (B, Hkv, T, D) at positions t .. t + T - 1 (t = positions seen); each
-        head keeps the last C of them in ring order."""
+        head keeps the last C of them in ring order and each row's first S real ones."""
         t, n_new = self.length, k.shape[2]
         if t + n_new > self.max_len:
             raise ValueError(f"{t + n_new} positions exceed the cache's max_len={self.max_len}")
         for b in self.layers[layer]:
             keep = min(b.capacity, n_new)
             pos = torch.arange(t + n_new - keep, t + n_new, device=self.device)
-            slots = pos % b.capacity
+            slots = b.sinks + pos % b.capacity
             src = slice(n_new - keep, n_new)
             b.k.index_copy_(2, slots, k[:, b.select, src].to(self.dtype))
             b.v.index_copy_(2, slots, v[:, b.select, src].to(self.dtype))
+            if b.sinks:
+                self._store_sinks(b, k, v, t)
+
+    def _store_sinks(self, b: Bucket, k: torch.Tensor, v: torch.Tensor, t: int) -> None:
+        """Copy the real positions < S among slots t .. t + T - 1 of k, v into sink slots."""
+        n_new = k.shape[2]
+        pads = [0] * self.batch if self.pads is None else self.pads.tolist()
+        for row, pad in enumerate(pads):
+            first, last = max(0, t - pad), min(b.sinks, t + n_new - pad)  # real positions
+            if first < last:
+                src = slice(pad + first - t, pad + last - t)
+                b.k[row, :, first:last] = k[row, b.select, src].to(self.dtype)
+                b.v[row, :, first:last] = v[row, b.select, src].to(self.dtype)
 
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
     ) -> torch.Tensor:
         """Store one new position's k, v (B, Hkv, 1, D) and attend q (B, Hq, 1, D) at that
-        position over each head's own window. Returns (B, Hq, 1, D)."""
-        t = self.length  # the new token's position
+        position over each head's own window and sinks. Returns (B, Hq, 1, D)."""
+        t = self.length  # the new token's slot position
         if t >= self.max_len:
             raise ValueError(f"cache holds at most max_len={self.max_len} positions")
         bsz, d = q.shape[0], self.head_dim
@@ -214,19 +193,46 @@ class KVCache:
         qg = q.reshape(bsz, self.n_kv_head, self.n_head // self.n_kv_head, d)
         out = None if self.whole[layer] else q.new_empty(bsz, self.n_head, d)
         for b in self.layers[layer]:
-            slot = t % b.capacity
+            slot = b.sinks + t % b.capacity
             b.k[:, :, slot] = k[:, b.select, 0]
             b.v[:, :, slot] = v[:, b.select, 0]
+            if b.sinks:
+                self._store_sinks(b, k, v, t)
             n = min(t + 1, b.capacity)  # valid ring entries
             qb = qg[:, b.select]
             for r in b.rows:
-                # Each query reads exactly its own last `window` entries: no mask, no T.
-                keys = _last(b.k, t, n, r.window)[:, r.kv]
-                values = _last(b.v, t, n, r.window)[:, r.kv]
+                keys, values, mask = self._read(b, r.window, r.sinks, t, n)
+                # Each query reads exactly its own window and sinks: no T, no mask unpadded.
                 y = F.scaled_dot_product_attention(
-                    qb[:, r.kv][:, :, r.g], keys, values, scale=scale
-                )
+                    qb[:, r.kv][:, :, r.g], keys[:, r.kv], values[:, r.kv], attn_mask=mask,
+                    scale=scale,
+                )  # fmt: skip
                 if out is None:
                     return y.reshape(bsz, self.n_head, 1, d)
                 out[:, r.heads] = y.reshape(bsz, -1, d)
         return out.unsqueeze(2)
+
+    def _read(
+        self, b: Bucket, window: int, sinks: int, t: int, n: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Keys and values (B, Hb, L, D) a query at slot t of (window, sinks) reads, and the
+        (B, 1, 1, L) mask padded rows need (None without padding)."""
+        s = b.sinks
+        if self.pads is None:
+            # Sinks the window has left: j <= t - window, at most `sinks`.
+            n_sink = max(0, min(sinks, t - window + 1))
+            if n_sink == s and window >= n:  # sinks then the whole ring: one contiguous view
+                return b.k[:, :, : s + n], b.v[:, :, : s + n], None
+            mask = None
+        else:
+            n_sink = sinks
+        ring_k = ring_last(b.k[:, :, s:], t, n, window)
+        ring_v = ring_last(b.v[:, :, s:], t, n, window)
+        if self.pads is not None:
+            pads = self.pads.to(b.k.device)
+            where = ring_positions(t, n, b.capacity, window, b.k.device)
+            mask = padded_mask(pads, t, window, n_sink, where)
+        if n_sink == 0:
+            return ring_k, ring_v, mask
+        keys = torch.cat([b.k[:, :, :n_sink], ring_k], dim=2)
+        return keys, torch.cat([b.v[:, :, :n_sink], ring_v], dim=2), mask

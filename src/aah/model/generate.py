@@ -74,6 +74,7 @@ def prefill(model: GPT, idx: torch.Tensor, max_len: int) -> tuple[torch.Tensor, 
         max_len=max_len,
         dtype=k0.dtype,
         device=k0.device,
+        sinks=model.sink_plan(),
     )
     for layer, (_, k, v) in enumerate(captured):
         cache.prefill(layer, k, v)

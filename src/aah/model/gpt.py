@@ -1,7 +1,8 @@
 """`GPT`: a pre-norm decoder whose attention heads each see their own causal window.
 
 Shapes: B batch, T sequence, V vocab, C d_model, Hq query heads, Hkv key/value heads, D head dim.
-Pure model code: no I/O. The window plan is plain data, `[layer][head] -> int`.
+Pure model code: no I/O. The window plan is plain data, `[layer][head] -> int`, and so are its
+attention sinks (`[layer][head] -> int`, default 0: query i also sees keys j < s).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Attention(nn.Module):
         self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
         self.dropout = nn.Dropout(config.dropout)
         self.windows: tuple[int, ...] = (config.max_seq_len,) * config.n_head
+        self.sinks: tuple[int, ...] = (0,) * config.n_head
         # Plain softmax without a score bias IS windowed_attention: keep calling it directly.
         plain = config.attention == "softmax" and config.position not in ("alibi", "relative")
         self.attend: nn.Module | None = None
@@ -65,7 +67,8 @@ class Attention(nn.Module):
         q, k = position.rotate(q, k)
         # K/V stay at Hkv heads: windowed_attention maps query head h to kv head h // (Hq/Hkv).
         if self.attend is None:
-            y = windowed_attention(q, k, v, self.windows, backend=self.backend)
+            extra = {"sinks": self.sinks} if any(self.sinks) else {}
+            y = windowed_attention(q, k, v, self.windows, backend=self.backend, **extra)
         else:  # a variant (or a score-bias position): same windows, same GQA layout
             y = self.attend(q, k, v, self.windows)
         y = y.transpose(1, 2).reshape(b, t, hq * d)
@@ -161,8 +164,11 @@ class GPT(nn.Module):
         logits = F.linear(self.norm(x), self.embed.weight)  # tied: (B, T, V)
         return (logits, captured) if capture_qkv else logits
 
-    def set_window_plan(self, plan: Sequence[Sequence[int]]) -> None:
-        """Set per-layer, per-head windows (ints >= 1; w >= T is full causal)."""
+    def set_window_plan(
+        self, plan: Sequence[Sequence[int]], sinks: Sequence[Sequence[int]] | None = None
+    ) -> None:
+        """Set per-layer, per-head windows (ints >= 1; w >= T is full causal) and sinks (ints
+        >= 0 shaped like the plan; None: none). Sinks need plain softmax attention."""
         n_layer, n_head = self.config.n_layer, self.config.n_head
         try:
             layers = [list(row) for row in plan]
@@ -180,12 +186,36 @@ class GPT(nn.Module):
             for w in row:
                 if isinstance(w, bool) or not isinstance(w, int) or w < 1:
                     raise ValueError(f"plan layer {i}: every window must be an int >= 1, got {w!r}")
-        for block, row in zip(self.blocks, layers, strict=True):
+        sink_rows = self._check_sinks(sinks)
+        for block, row, srow in zip(self.blocks, layers, sink_rows, strict=True):
             block.attn.windows = tuple(int(w) for w in row)
+            block.attn.sinks = srow
+
+    def _check_sinks(self, sinks: Sequence[Sequence[int]] | None) -> list[tuple[int, ...]]:
+        n_layer, n_head = self.config.n_layer, self.config.n_head
+        if sinks is None:
+            return [(0,) * n_head] * n_layer
+        rows = [tuple(row) for row in sinks]
+        if len(rows) != n_layer or any(len(r) != n_head for r in rows):
+            raise ValueError(f"sinks must be [layer][head] like the plan, got {sinks!r:.80}")
+        for i, row in enumerate(rows):
+            for s in row:
+                if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+                    raise ValueError(f"sinks layer {i}: every sink must be an int >= 0, got {s!r}")
+        if any(any(r) for r in rows) and self.blocks[0].attn.attend is not None:
+            raise ValueError(
+                "sinks need plain softmax attention; this model runs attention "
+                f"{self.config.attention!r} with position {self.config.position!r}"
+            )
+        return rows
 
     def window_plan(self) -> list[list[int]]:
         """The plan in force, `[layer][head]`."""
         return [list(block.attn.windows) for block in self.blocks]
+
+    def sink_plan(self) -> list[list[int]]:
+        """The sinks in force, `[layer][head]` (0: none)."""
+        return [list(block.attn.sinks) for block in self.blocks]
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
