@@ -33,3 +33,12 @@ def test_defaults_validate():
 def test_bad_fields_are_named(changes, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         GPTConfig(**changes).validate()
+
+
+def test_backend_names_match_the_registry_and_fail_at_validation():
+    from aah.attention.registry import BACKENDS
+    from aah.model.config import BACKENDS as CONFIG_BACKENDS
+
+    assert set(CONFIG_BACKENDS) == {"auto", *BACKENDS}
+    with pytest.raises(ValueError, match=r"model\.backend"):
+        GPTConfig(backend="nope").validate()

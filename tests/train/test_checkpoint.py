@@ -110,3 +110,30 @@ def test_a_run_checkpoint_of_another_format_is_refused(tmp_path):
     assert ckpt.load_checkpoint(path)["step"] == 3  # the file layer reads any payload
     with pytest.raises(ValueError, match="format 1"):
         ckpt.load_run_checkpoint(path)
+
+
+def test_plain_torch_load_with_weights_only_reads_a_checkpoint(tmp_path):
+    path = tmp_path / "last.pt"
+    ckpt.save_checkpoint(path, payload(2.0))
+    plain = torch.load(path, weights_only=True)
+    assert torch.equal(plain["w"], torch.full((1000,), 2.0)) and plain["step"] == 2
+    assert len(plain["integrity"]["sha256"]) == 64  # the hash sits beside the tensors
+
+
+def test_a_modified_tensor_is_caught_by_the_stored_hash(tmp_path):
+    path = tmp_path / "last.pt"
+    ckpt.save_checkpoint(path, payload(2.0))
+    plain = torch.load(path, weights_only=True)
+    plain["w"][0] = 7.0
+    torch.save(plain, path)
+    with pytest.raises(ValueError, match="corrupt"):
+        ckpt.load_checkpoint(path)
+
+
+def test_a_checkpoint_of_the_earlier_headed_layout_still_loads(tmp_path):
+    import hashlib
+
+    path = tmp_path / "old.pt"
+    data = ckpt.encode_payload(payload(4.0))
+    path.write_bytes(ckpt.MAGIC + hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+    assert ckpt.load_checkpoint(path)["step"] == 4

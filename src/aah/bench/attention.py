@@ -28,6 +28,7 @@ from aah.bench.timing import (
     peak_rss_bytes,
     reset_peak_rss,
 )
+from aah.cli import flags
 from aah.runtime import tune_allocator
 
 PLANS = ("all-128", "all-512", "mixed", "paper")
@@ -68,8 +69,8 @@ class Row:
 
 def _inputs(args: argparse.Namespace, seq_len: int, grad: bool) -> tuple[torch.Tensor, ...]:
     gen = torch.Generator().manual_seed(0)
-    shape_q = (args.batch, args.heads, seq_len, args.head_dim)
-    shape_kv = (args.batch, args.kv_heads or args.heads, seq_len, args.head_dim)
+    shape_q = (args.batch_size, args.heads, seq_len, args.head_dim)
+    shape_kv = (args.batch_size, args.kv_heads or args.heads, seq_len, args.head_dim)
     q = torch.randn(shape_q, generator=gen).requires_grad_(grad)
     k = torch.randn(shape_kv, generator=gen).requires_grad_(grad)
     v = torch.randn(shape_kv, generator=gen).requires_grad_(grad)
@@ -104,7 +105,7 @@ def _memory_probe(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if args.tune_allocator:
         tune_allocator()
-    torch.set_num_threads(args.threads)
+    _set_threads(args.threads)
     seq_len, plan, backend, mode = int(args.probe[0]), *args.probe[1:]
     q, k, v, g = _inputs(args, seq_len, mode == "fwdbwd")
     windows = make_plan(plan, seq_len, args.heads) if backend != "sdpa" else ()
@@ -114,8 +115,13 @@ def _memory_probe(argv: list[str]) -> None:
     print(json.dumps({"peak_mb": (peak_rss_bytes() - base) / 2**20}))
 
 
+def _set_threads(threads: int) -> None:
+    if threads:  # 0 leaves torch's default (the shared --threads meaning)
+        torch.set_num_threads(threads)
+
+
 def run_benchmark(args: argparse.Namespace) -> list[Row]:
-    torch.set_num_threads(args.threads)
+    _set_threads(args.threads)
     rows: list[Row] = []
     for seq_len in args.seq_lens:
         for plan in args.plans:
@@ -157,8 +163,9 @@ def run_benchmark(args: argparse.Namespace) -> list[Row]:
 
 def _forwarded(args: argparse.Namespace) -> list[str]:
     return [
-        "--threads", str(args.threads), "--batch", str(args.batch), "--heads", str(args.heads),
-        "--head-dim", str(args.head_dim), "--kv-heads", str(args.kv_heads or args.heads),
+        "--threads", str(args.threads), "--batch-size", str(args.batch_size),
+        "--heads", str(args.heads), "--head-dim", str(args.head_dim),
+        "--kv-heads", str(args.kv_heads or args.heads),
         "--tune-allocator" if args.tune_allocator else "--no-tune-allocator",
     ]  # fmt: skip
 
@@ -188,17 +195,20 @@ def _parser() -> argparse.ArgumentParser:
         prog="aah bench attention",
         description="Time every CPU attention backend against SDPA is_causal (same rounds).",
     )
-    p.add_argument("--seq-lens", type=_csv(int), default=[1024, 2048, 4096])
-    p.add_argument("--plans", type=_csv(str), default=list(PLANS))
-    p.add_argument("--backends", type=_csv(str), default=list(CPU_BACKENDS))
-    p.add_argument("--modes", type=_csv(str), default=list(MODES))
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--kv-heads", type=int, default=0, help="0 = same as --heads")
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--threads", type=int, default=2)
+    flags.add_seq_lens(p, [1024, 2048, 4096])
+    p.add_argument("--plans", type=_csv(str), default=list(PLANS), metavar="NAME,...",
+                   help=f"window plans, a comma list (default all: {','.join(PLANS)})")  # fmt: skip
+    p.add_argument("--backends", type=_csv(str), default=list(CPU_BACKENDS), metavar="NAME,...",
+                   help=f"backends, a comma list (default {','.join(CPU_BACKENDS)})")  # fmt: skip
+    p.add_argument("--modes", type=_csv(str), default=list(MODES), metavar="MODE,...",
+                   help=f"fwd (no grad), fwdbwd (default {','.join(MODES)})")  # fmt: skip
+    flags.add_batch_size(p, "batch size B of q, k, v (default 1)", default=1)
+    p.add_argument("--heads", type=int, default=8, help="query heads (default 8)")
+    p.add_argument("--kv-heads", type=int, default=0, help="K/V heads (default 0: same as --heads)")
+    p.add_argument("--head-dim", type=int, default=64, help="head dimension D (default 64)")
+    flags.add_threads(p)
     p.add_argument("--reps", type=int, default=5, help="timed rounds per case (median)")
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=1, help="untimed rounds per case first")
     p.add_argument(
         "--tune-allocator",
         action=argparse.BooleanOptionalAction,
@@ -216,13 +226,18 @@ def main(argv: list[str] | None = None) -> int:
         _memory_probe(argv)
         return 0
     args = _parser().parse_args(argv)
+    args.seq_lens = flags.int_list(args.seq_lens)
+    flags.check_batch_size(args.batch_size)
+    flags.check_threads(args.threads)
     tuned = tune_allocator() if args.tune_allocator else False
     for plan in args.plans:
         make_plan(plan, max(args.seq_lens), args.heads)  # fail early on a bad plan name
-    env = environment() | {"threads": args.threads, "allocator_tuned": tuned}
+    _set_threads(args.threads)
+    env = environment() | {"threads": torch.get_num_threads(), "allocator_tuned": tuned}
     print(
-        f"attention benchmark: B={args.batch} H={args.heads} Hkv={args.kv_heads or args.heads} "
-        f"D={args.head_dim} fp32, threads={args.threads}, warm-up {args.warmup}, "
+        f"attention benchmark: B={args.batch_size} H={args.heads} "
+        f"Hkv={args.kv_heads or args.heads} "
+        f"D={args.head_dim} fp32, threads={env['threads']}, warm-up {args.warmup}, "
         f"median of {args.reps} interleaved rounds, allocator tuned: {tuned}; "
         "ratio = time / SDPA is_causal time"
     )

@@ -20,6 +20,7 @@ import torch
 
 from aah.attention import coverage
 from aah.bench.timing import environment
+from aah.cli import flags
 from aah.model import GPT, GPTConfig
 from aah.model.cache import KVCache
 from aah.model.generate import decode_step, prefill
@@ -128,36 +129,39 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="aah bench decode", description=__doc__.splitlines()[0], allow_abbrev=False
     )
-    p.add_argument("--contexts", type=int, nargs="+", default=[1024, 4096, 16384])
+    flags.add_seq_lens(p, [1024, 4096, 16384], aliases=["--contexts"])
     p.add_argument("--new-tokens", type=int, default=64, help="decoded tokens per run")
     p.add_argument("--coverage", type=float, default=0.3, help="target causal coverage")
     p.add_argument("--reps", type=int, default=3, help="measured rounds (A B per round)")
     p.add_argument("--warmup", type=int, default=0, help="unmeasured rounds per context")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--kv-heads", type=int, default=0, help="0: same as --heads")
-    p.add_argument("--seed", type=int, default=0)
+    flags.add_threads(p)
+    p.add_argument("--layers", type=int, default=4, help="model layers (default 4)")
+    p.add_argument("--d-model", type=int, default=256, help="model width (default 256)")
+    p.add_argument("--heads", type=int, default=8, help="query heads (default 8)")
+    p.add_argument("--kv-heads", type=int, default=0, help="K/V heads (default 0: same as --heads)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the model and prompts (default 0)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.new_tokens < 1 or args.reps < 1 or args.warmup < 0 or min(args.contexts) < 16:
-        raise ValueError("need --new-tokens >= 1, --reps >= 1, --warmup >= 0, contexts >= 16")
-    torch.set_num_threads(args.threads)
+    args.seq_lens = flags.int_list(args.seq_lens, minimum=16)
+    flags.check_threads(args.threads)
+    if args.new_tokens < 1 or args.reps < 1 or args.warmup < 0:
+        raise ValueError("need --new-tokens >= 1, --reps >= 1, --warmup >= 0")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     config = GPTConfig(
         n_layer=args.layers,
         n_head=args.heads,
         n_kv_head=args.kv_heads or args.heads,
         d_model=args.d_model,
-        max_seq_len=max(args.contexts) + args.new_tokens,
+        max_seq_len=max(args.seq_lens) + args.new_tokens,
     )
     model = GPT(config).eval()
     with torch.inference_mode():  # one short unmeasured run warms every code path up
-        warm = torch.zeros(1, min(256, *args.contexts), dtype=torch.long)
+        warm = torch.zeros(1, min(256, *args.seq_lens), dtype=torch.long)
         _run_once(model, warm, min(4, args.new_tokens))
     env = environment()
     print(
@@ -172,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     rows: list[Row] = []
-    for context in args.contexts:
+    for context in args.seq_lens:
         for row in bench_context(model, args, context):
             rows.append(row)
             ok = "ok" if row.kv_bytes == row.kv_bytes_expected else "MISMATCH"

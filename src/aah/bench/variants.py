@@ -29,6 +29,7 @@ from aah.bench.timing import (
     peak_rss_bytes,
     reset_peak_rss,
 )
+from aah.cli import flags
 
 
 @dataclass(frozen=True)
@@ -219,24 +220,26 @@ def train_case(case: Case, args: argparse.Namespace, splits) -> dict:  # type: i
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aah bench variants", description=__doc__.split("\n")[0])
-    p.add_argument("--seq-lens", type=int, nargs="+", default=[1024, 4096])
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--head-dim", type=int, default=32)
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=1)
+    flags.add_seq_lens(p, [1024, 4096])
+    p.add_argument("--heads", type=int, default=8, help="query heads of timed cases (default 8)")
+    p.add_argument("--head-dim", type=int, default=32, help="head dimension (default 32)")
+    p.add_argument("--reps", type=int, default=3, help="timed fwd+bwd calls (median, default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls first (default 1)")
     p.add_argument("--max-gb", type=float, default=4.0, help="skip cases estimated above this")
     p.add_argument("--cases", nargs="+", default=None, help="labels to run (default: all)")
     p.add_argument("--steps", type=int, default=150, help="training steps per case (0: none)")
-    p.add_argument("--train-seq-len", type=int, default=128)
-    p.add_argument("--train-batch", type=int, default=8)
-    p.add_argument("--train-layers", type=int, default=2)
-    p.add_argument("--train-heads", type=int, default=4)
-    p.add_argument("--train-d-model", type=int, default=128)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--eval-batches", type=int, default=8)
+    p.add_argument("--train-seq-len", type=int, default=128,
+                   help="sequence length of the training runs (default 128)")  # fmt: skip
+    p.add_argument("--train-batch", type=int, default=8,
+                   help="batch size of the training runs (default 8)")  # fmt: skip
+    p.add_argument("--train-layers", type=int, default=2, help="layers of the trained model")
+    p.add_argument("--train-heads", type=int, default=4, help="heads of the trained model")
+    p.add_argument("--train-d-model", type=int, default=128, help="width of the trained model")
+    p.add_argument("--lr", type=float, default=3e-3, help="learning rate (default 3e-3)")
+    p.add_argument("--eval-batches", type=int, default=8, help="validation batches per case")
     p.add_argument("--max-bytes", type=int, default=2_000_000, help="corpus bytes to load")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
+    p.add_argument("--seed", type=int, default=0, help="seed of inputs and training (default 0)")
+    flags.add_threads(p)
     p.add_argument(
         "--no-memory",
         dest="memory",
@@ -259,6 +262,8 @@ def _cell(value: float | None, fmt: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    args.seq_lens = flags.int_list(args.seq_lens)
+    flags.check_threads(args.threads)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.probe:

@@ -17,6 +17,16 @@ PROG = "aah"
 HEAVY_COMMANDS = frozenset({"train", "eval", "bench", "generate"})
 
 
+class LazyHelpParser(argparse.ArgumentParser):
+    """A parser whose epilog may be a function, called only when help is printed (the train
+    epilog lists config fields, and building it imports torch)."""
+
+    def format_help(self) -> str:
+        if callable(self.epilog):
+            self.epilog = self.epilog()
+        return super().format_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -24,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=_version())
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=LazyHelpParser)
     sub.required = True
     for name, (help_text, add_arguments, _) in commands.COMMANDS.items():
         p = sub.add_parser(

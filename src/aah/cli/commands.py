@@ -101,7 +101,7 @@ COMMANDS: dict[str, tuple[str, AddArgs, Run]] = {
         bench_cmd.run,
     ),
     "report": (
-        "Reports (need aah[plots]): a run directory's report.html, or a results directory's "
+        "Reports: a run directory's report.html, or a results directory's "
         "REPORT.md over its suites' seeds (paired tables, verdicts, figures).",
         _add_report_arguments,
         _no_extra(_run_report),
@@ -124,7 +124,7 @@ COMMANDS: dict[str, tuple[str, AddArgs, Run]] = {
 }
 
 EPILOGS = {
-    "train": train_cmd.EPILOG,
+    "train": train_cmd.epilog,
     "sweep": sweep_cmd.EPILOG,
     "posthoc": posthoc_cmd.EPILOG,
 }

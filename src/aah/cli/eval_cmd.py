@@ -1,90 +1,104 @@
-"""`aah eval RUN_DIR`: val loss, bits per byte, ACR, coverage, executed ratio, tokens/s, RSS."""
+"""`aah eval RUN_DIR`: loss, bits per byte, ACR, coverage, executed ratio, tokens/s, RSS.
+
+Two sources: the run's corpus (a split of it, scored as during training: the first
+`--batches` batches of non-overlapping windows), or `--data FILE|DIR`, scored whole (every
+target once, strided windows when longer than the context; aah.eval.strided).
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from pathlib import Path
+from typing import Any
+
+from aah.cli import flags
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory with checkpoints/last.pt")
-    p.add_argument("--data", metavar="PATH", help="evaluate on this text file or folder instead")
-    p.add_argument("--split", choices=("val", "train"), default="val", help="split (default val)")
     p.add_argument(
-        "--batches",
-        type=int,
-        metavar="N",
-        help="eval batches (default: the run's train.eval_batches; 0 = all)",
-    )
-    p.add_argument("--batch-size", type=int, metavar="B", help="batch size (default: the run's)")
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
+        "--data", metavar="PATH",
+        help="score this text file or folder, whole, instead of the run's corpus",
+    )  # fmt: skip
+    p.add_argument(
+        "--split", choices=("val", "train"), default=None,
+        help="which split of the run's corpus (default val); not with --data",
+    )  # fmt: skip
+    p.add_argument(
+        "--stride", type=int, metavar="S",
+        help="--data texts longer than the context: window start step, in tokens (default "
+        "half the context; every target after the first window sees >= T - S tokens)",
+    )  # fmt: skip
+    p.add_argument(
+        "--batches", type=int, metavar="N",
+        help="eval batches (default: the run's train.eval_batches for its corpus, all for "
+        "--data; 0 = all)",
+    )  # fmt: skip
+    flags.add_batch_size(p, "windows per forward pass (default: the run's train.batch_size)")
+    flags.add_device(p)
     p.add_argument(
         "--cut-windows", metavar="W,W,...",
-        help="also score with every head cut to each window (a context-use curve); writes "
-        "RUN_DIR/cut_windows.json, which `aah report RUN_DIR` plots",
+        help="also score with every head cut to each window (a context-use curve); on the "
+        "run's validation split it is written to RUN_DIR/cut_windows.json, which `aah report "
+        "RUN_DIR` plots",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """ValueError naming the first bad flag, before anything is loaded."""
+    if args.data is not None and args.split is not None:
+        raise ValueError(
+            f"--split {args.split} applies to the run's corpus; --data is scored whole"
+        )
+    if args.stride is not None and args.data is None:
+        raise ValueError("--stride applies to --data only (corpus splits use whole windows)")
+    flags.check_batch_size(args.batch_size)
+    if args.batches is not None and args.batches < 0:
+        raise ValueError(f"--batches must be >= 0, got {args.batches}")
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     if extra:
         raise ValueError(f"unrecognized arguments: {' '.join(extra)}")
-    from dataclasses import replace
-
-    from aah.data import load_tokens
+    check_arguments(args)
     from aah.eval import records
     from aah.eval.context_use import cut_window_curve, parse_cuts
-    from aah.eval.evaluate import evaluate_loss, peak_rss_mb, plan_diagnostics
+    from aah.eval.evaluate import peak_rss_mb, plan_diagnostics
     from aah.eval.load import load_run
     from aah.eval.windowmap import window_map
     from aah.train.distributed import resolve_device
 
     cuts = parse_cuts(args.cut_windows) if args.cut_windows else None
-    device = resolve_device(args.device)
+    device = resolve_device(args.device, what="--device")
     model, config, payload = load_run(args.run_dir, map_location=device)
-    data_cfg = config.data if args.data is None else replace(config.data, path=args.data)
-    splits = load_tokens(data_cfg, seq_len=config.seq_len)
-    tokens = splits.val if args.split == "val" else splits.train
-    batches = config.train.eval_batches if args.batches is None else args.batches
-    if batches < 0:
-        raise ValueError(f"--batches must be >= 0, got {batches}")
     batch_size = args.batch_size or config.train.batch_size
-    seq_len = config.seq_len
-
-    answers = splits.val_answer_distance if args.split == "val" else splits.train_answer_distance
-
-    def score() -> dict:
-        return evaluate_loss(
-            model, tokens, batch_size=batch_size, seq_len=seq_len,
-            max_batches=batches or None, device=device, answers=answers,
-            buckets=splits.answer_buckets or (),
-        )  # fmt: skip
-
-    ev = score()
+    source = (_given_source if args.data is not None else _corpus_source)(
+        args, model, config, payload, batch_size, device
+    )
+    ev = source["score"]()
     plan = model.window_plan()
+    seq_len = config.seq_len
     diag = plan_diagnostics(plan, seq_len)
     result = {
         "run_dir": str(Path(args.run_dir)),
         "step": payload["step"],
-        "corpus": splits.name,
-        "split": args.split,
-        "val_loss": ev["val_loss"],
-        "val_bpb": ev["val_bpb"],
-        **{k: ev[k] for k in ("val_acc", "val_acc_by_distance", "val_answers") if k in ev},
+        **source["labels"],
+        **ev,
         **diag,
-        "tokens": ev["eval_tokens"],
-        "tokens_per_s": ev["eval_tokens_per_s"],
         "peak_rss_mb": peak_rss_mb(),
         "seq_len": seq_len,
         "windows": plan,
     }
-    print(f"run {result['run_dir']} at step {result['step']} on {splits.name} ({args.split})")
+    print(f"run {result['run_dir']} at step {result['step']} on {source['title']}")
+    if source.get("note"):
+        print(source["note"])
     print(
-        f"loss {ev['val_loss']:.4f} nats | bits/byte {ev['val_bpb']:.4f} | ACR {diag['acr']:.3f}"
-        f" | causal coverage {diag['causal_coverage']:.3f}"
+        f"loss {ev['loss']:.4f} nats/byte | bits/byte {ev['bpb']:.4f} over {ev['tokens']:,} "
+        f"tokens | ACR {diag['acr']:.3f} | causal coverage {diag['causal_coverage']:.3f}"
         f" | executed ratio {diag.get('executed_ratio', float('nan')):.3f}"
-        f" | {ev['eval_tokens_per_s']:,.0f} tok/s | peak RSS {result['peak_rss_mb']:,.0f} MB"
+        f" | {ev['tokens_per_s']:,.0f} tok/s | peak RSS {result['peak_rss_mb']:,.0f} MB"
     )
     if "val_acc" in ev:
         by = ", ".join(f"{k}: {_pct(v)}" for k, v in ev["val_acc_by_distance"].items())
@@ -92,8 +106,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         print(f"recall accuracy {_pct(ev['val_acc'])} ({n} answers) | by distance {by}")
     print(window_map(plan, seq_len))
     if cuts:
-        curve = cut_window_curve(model, score, cuts)
-        keep = ("cut", "window", "val_loss", "val_bpb", "val_acc", "val_acc_by_distance")
+        curve = cut_window_curve(model, source["score"], cuts)
+        keep = ("cut", "window", "loss", "bpb", "val_loss", "val_bpb", "val_acc",
+                "val_acc_by_distance")  # fmt: skip
         result["cut_windows"] = [{k: r[k] for k in keep if k in r} for r in curve]
         print("every head cut to w (test time):")
         for row in result["cut_windows"]:
@@ -101,11 +116,85 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             if "val_acc" in row:
                 by = " ".join(_pct(v) for v in row["val_acc_by_distance"].values())
                 acc = f" | recall {_pct(row['val_acc'])} | by distance {by}"
-            print(f"  {row['cut']:>13} | bits/byte {row['val_bpb']:.4f}{acc}")
-        records.write_json(Path(args.run_dir) / "cut_windows.json", result["cut_windows"])
+            print(f"  {row['cut']:>13} | bits/byte {row['bpb']:.4f}{acc}")
+        if result.get("split") == "val":  # the run's own context-use curve, for its report
+            records.write_json(Path(args.run_dir) / "cut_windows.json", result["cut_windows"])
     if args.json:
-        print(json.dumps(result))
+        print(records.dumps(result))
     return 0
+
+
+def _corpus_source(args, model, config, payload, batch_size, device) -> dict[str, Any]:
+    """A split of the run's corpus, scored like the training loop's evaluations."""
+    from aah.data import load_tokens
+    from aah.eval.evaluate import evaluate_loss
+    from aah.train import fingerprint
+
+    split = args.split or "val"
+    splits = load_tokens(config.data, seq_len=config.seq_len)
+    tokens = splits.val if split == "val" else splits.train
+    answers = splits.val_answer_distance if split == "val" else splits.train_answer_distance
+    batches = config.train.eval_batches if args.batches is None else args.batches
+    changed = fingerprint.changed(payload.get(fingerprint.KEY), splits.content_hash, config.data)
+    if changed is not None:
+        print(f"warning: {changed}; these scores are on the data as it is now", file=sys.stderr)
+
+    def score() -> dict[str, Any]:
+        ev = evaluate_loss(
+            model, tokens, batch_size=batch_size, seq_len=config.seq_len,
+            max_batches=batches or None, device=device, answers=answers,
+            buckets=splits.answer_buckets or (),
+        )  # fmt: skip
+        out = {"loss": ev["val_loss"], "bpb": ev["val_bpb"], "tokens": ev["eval_tokens"],
+               "tokens_per_s": ev["eval_tokens_per_s"]}  # fmt: skip
+        if split == "val":  # the names the training loop logs, kept for the validation split
+            out.update({k: v for k, v in ev.items() if k.startswith("val_")})
+        return out
+
+    return {
+        "score": score,
+        "title": f"{splits.name} ({split} split)",
+        "labels": {"corpus": splits.name, "split": split, "data_changed": changed is not None},
+    }
+
+
+def _given_source(args, model, config, payload, batch_size, device) -> dict[str, Any]:
+    """A text given with --data, scored whole with strided windows."""
+    from aah.data.given import read_given
+    from aah.eval.strided import default_stride, score_text, strided_windows
+
+    text = read_given(args.data)
+    seq_len = config.seq_len
+    stride = default_stride(seq_len) if args.stride is None else args.stride
+    windows = strided_windows(int(text.tokens.size), seq_len, stride)  # checks length, stride
+    limit = args.batches * batch_size if args.batches else None
+    tokens = text.tokens
+    if limit is not None and limit < len(windows):  # score a prefix: the first `limit` windows
+        start, length, _ = windows[limit - 1]
+        tokens = tokens[: start + length + 1]
+
+    def score() -> dict[str, Any]:
+        return score_text(
+            model, tokens, seq_len=seq_len, stride=stride, batch_size=batch_size, device=device
+        )
+
+    files = f"{text.n_files} file{'s' if text.n_files != 1 else ''}"
+    if len(windows) == 1:
+        how = f"one window of {text.tokens.size - 1} targets (context {seq_len})"
+    else:
+        how = (
+            f"{len(windows)} windows of {seq_len} tokens, stride {stride}: every target after "
+            f"the first window sees >= {seq_len - stride} tokens of context"
+        )
+    note = f"scored whole: {text.tokens.size:,} tokens in {files}, {how}"
+    if tokens.size < text.tokens.size:
+        note += f"; --batches {args.batches} limits it to the first {tokens.size:,} tokens"
+    return {
+        "score": score,
+        "title": f"{text.name} (--data, whole text)",
+        "note": note,
+        "labels": {"data": text.name, "data_files": text.n_files, "split": None},
+    }
 
 
 def _pct(value: float | None) -> str:

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TextIO
 
+from aah.cli import flags
+
 
 def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory with checkpoints/last.pt")
@@ -24,7 +26,7 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=None, metavar="P",
                    help="sample from the smallest set holding mass P, in (0, 1]")  # fmt: skip
     p.add_argument("--seed", type=int, default=None, help="sampling seed (reproducible)")
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
+    flags.add_device(p)
 
 
 def utf8_pieces(chunks: Iterable[bytes]) -> Iterator[str]:
@@ -53,7 +55,7 @@ def run_generate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     ids = ByteTokenizer().encode(args.prompt)
     if ids.size == 0:
         raise ValueError("--prompt must hold at least one byte, got ''")
-    device = resolve_device(args.device)
+    device = resolve_device(args.device, what="--device")
     model = load(args.run_dir, map_location=device)
     idx = torch.tensor(ids, dtype=torch.long, device=device)[None]  # (1, T)
     tokens = stream(

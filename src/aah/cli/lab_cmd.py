@@ -14,6 +14,8 @@ import argparse
 import statistics
 import time
 
+from aah.cli import flags
+
 EXPERIMENTS = ("masks",)
 _DTYPES = ("float32", "float64", "bfloat16")
 
@@ -25,18 +27,21 @@ def add_lab_arguments(parser: argparse.ArgumentParser | argparse._SubParsersActi
     parser.add_argument("experiment", choices=EXPERIMENTS, help="which experiment")
     parser.add_argument("--seq-len", type=int, required=True, help="sequence length n")
     parser.add_argument("--window", type=int, required=True, help="local window w (>= 1)")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--head-dim", type=int, default=32)
-    parser.add_argument("--dtype", choices=_DTYPES, default="float32")
+    flags.add_batch_size(parser, "batch size of q, k, v (default 1)", default=1)
+    parser.add_argument("--heads", type=int, default=8, help="attention heads (default 8)")
+    parser.add_argument("--head-dim", type=int, default=32, help="head dimension (default 32)")
+    parser.add_argument("--dtype", choices=_DTYPES, default="float32",
+                        help="dtype of q, k, v (default float32)")  # fmt: skip
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls before timing")
     parser.add_argument("--reps", type=int, default=10, help="timed calls (median reported)")
     parser.add_argument("--corner", type=int, default=6, help="rows/cols of the mask shown")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of q, k, v (default 0)")
+    flags.add_threads(parser)
 
 
 def _check(args: argparse.Namespace) -> None:
-    for name in ("seq_len", "window", "batch", "heads", "head_dim", "reps", "corner"):
+    flags.check_threads(args.threads)
+    for name in ("seq_len", "window", "batch_size", "heads", "head_dim", "reps", "corner"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.warmup < 0:
@@ -69,7 +74,9 @@ def run_lab(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     dtype = getattr(torch, args.dtype)
     device = torch.device("cpu")
     gen = torch.Generator().manual_seed(args.seed)
-    shape = (args.batch, args.heads, n, args.head_dim)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    shape = (args.batch_size, args.heads, n, args.head_dim)
     q, k, v = (torch.randn(shape, generator=gen).to(dtype) for _ in range(3))
 
     # 1. The causal mask M (0 allowed, -inf blocked) and a real softmax under it.
@@ -118,7 +125,7 @@ def run_lab(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     t_local = _median_seconds(windowed, args.warmup, args.reps)
     print(
         f"timing: device={device.type} threads={torch.get_num_threads()} seq_len={n} "
-        f"batch={args.batch} heads={args.heads} head_dim={args.head_dim} dtype={args.dtype} "
+        f"batch={args.batch_size} heads={args.heads} head_dim={args.head_dim} dtype={args.dtype} "
         f"warmup={args.warmup} reps={args.reps} (forward, median)"
     )
     print(f"  full causal (SDPA is_causal): {t_full * 1e3:.3f} ms")

@@ -19,11 +19,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     export = actions.add_parser("export", help="print the plan in force in a run as JSON")
     export.add_argument("run_dir", metavar="RUN_DIR", help="a run directory")
     search = actions.add_parser(
-        "search", help="search a per-head plan for a Hugging Face model (needs aah[hf])"
+        "search", help="search a per-head plan for a Hugging Face model (needs aah-attention[hf])"
     )
     hf_cli.add_plan_search_arguments(search)
     apply = actions.add_parser(
-        "apply", help="perplexity of a Hugging Face model with a plan (needs aah[hf])"
+        "apply", help="perplexity of a Hugging Face model with a plan (needs aah-attention[hf])"
     )
     hf_cli.add_plan_apply_arguments(apply)
 
@@ -56,11 +56,15 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     if extra:
         raise ValueError(f"unrecognized arguments: {' '.join(extra)}")
     if args.action in ("search", "apply"):
+        from aah.cli.plan_checks import check_plan_arguments
         from aah.integrations import hf_cli
 
-        return (
-            hf_cli.run_plan_search(args) if args.action == "search" else hf_cli.run_plan_apply(args)
-        )
+        check_plan_arguments(args)
+        run_action = hf_cli.run_plan_search if args.action == "search" else hf_cli.run_plan_apply
+        try:
+            return run_action(args)
+        except OSError as err:  # e.g. a hub name that cannot be fetched, a full disk
+            raise ValueError((str(err).strip() or repr(err)).splitlines()[0]) from None
     from aah.controller.plan import plan_to_json
 
     run_dir = Path(args.run_dir)

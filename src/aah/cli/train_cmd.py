@@ -37,6 +37,14 @@ exit codes: 0 done, 2 bad config / run directory in use / training diverged,
 distributed: torchrun --nproc_per_node N -m aah train ... (gloo on CPU, nccl on CUDA)
 """
 
+
+def epilog() -> str:
+    """EPILOG, then every config field with its type and default."""
+    from aah.cli.config_help import fields_text
+
+    return EPILOG + "\n" + fields_text()
+
+
 #: fields that may change on --resume without breaking the run's continuity.
 RESUMABLE = {
     "train.max_steps",

@@ -102,10 +102,13 @@ class ControllerConfig:
                 raise ValueError(f"controller.{name} must be in [0, 1), got {value!r}")
         if not _is_real(self.budget) or not 0.0 < self.budget <= 1.0:
             raise ValueError(f"controller.budget must be in (0, 1], got {self.budget!r}")
-        for name in ("group_threshold", "upper_threshold"):
+        for name in ("group_threshold", "upper_threshold"):  # cosine similarities
             value = getattr(self, name)
-            if not _is_real(value):
-                raise ValueError(f"controller.{name} must be a finite number, got {value!r}")
+            if not _is_real(value) or not -1.0 <= value <= 1.0:
+                raise ValueError(
+                    f"controller.{name} is a cosine similarity and must be in [-1, 1], "
+                    f"got {value!r}"
+                )
         for name in ("stickiness", "norm_penalty"):
             value = getattr(self, name)
             if not _is_real(value) or value < 0:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+
+from aah.textfile import read_json
 
 Plan = list[list[int]]
 
@@ -29,7 +30,7 @@ def check_plan(plan: object, n_layer: int | None = None, n_head: int | None = No
 
 def load_plan(path: str) -> Plan:
     """Read a plan JSON: the export format {"windows": [[...]], ...} or a bare [[...]]."""
-    data = json.loads(Path(path).read_text())
+    data = read_json(path, "plan file")
     if isinstance(data, dict):
         if "windows" not in data:
             raise ValueError(f"plan file {path} has no 'windows' key")

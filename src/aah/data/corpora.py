@@ -163,9 +163,12 @@ def _read_folder(
         raise ValueError(f"no files found for corpus {name!r} under {root}")
     skipped = 0
 
+    # leave=False, closed below: a read cut short by max_bytes leaves no stale bar behind.
+    bar = tqdm(files, desc=f"reading {name}", unit="file", disable=not progress, leave=False)
+
     def texts() -> Iterator[Document]:
         nonlocal skipped
-        for rel, full in tqdm(files, desc=f"reading {name}", unit="file", disable=not progress):
+        for rel, full in bar:
             data = full.read_bytes()
             if not data:
                 continue
@@ -174,7 +177,10 @@ def _read_folder(
                 continue
             yield Document(rel, data)
 
-    docs = _take(texts(), max_bytes)
+    try:
+        docs = _take(texts(), max_bytes)
+    finally:
+        bar.close()
     if not docs:
         why = f"all {skipped} non-empty files are binary" if skipped else "all files are empty"
         raise ValueError(f"no text in corpus {name!r} under {root}: {why}")
@@ -221,6 +227,7 @@ def _hf_documents(name: str, config: str | None, progress: bool) -> Iterator[Doc
         )
     tok = ByteTokenizer()
     rows = ds[column]
-    for i, text in enumerate(tqdm(rows, desc=f"reading hf:{name}", disable=not progress)):
+    bar = tqdm(rows, desc=f"reading hf:{name}", disable=not progress, leave=False)
+    for i, text in enumerate(bar):
         if text:
             yield Document(f"{i:012d}", tok.encode(text).tobytes())

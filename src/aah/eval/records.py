@@ -13,6 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from aah import textfile
+from aah.textfile import read_utf8
+
 CONFIG = "config.toml"
 METRICS = "metrics.jsonl"
 PLANS = "plans.jsonl"
@@ -53,7 +56,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in read_utf8(path, "run record").splitlines():
         if not line.strip():
             continue
         try:
@@ -86,4 +89,4 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
+    return textfile.read_json(path, "run record")

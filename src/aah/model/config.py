@@ -14,6 +14,8 @@ ATTENTIONS = (
 SCORE_BIAS_POSITIONS = ("alibi", "relative")
 NO_SCORE_ATTENTIONS = ("low-rank", "kernel", "kernel-favor")
 NORMS = ("layernorm", "rmsnorm")
+# Kept equal to "auto" + aah.attention.registry.BACKENDS (not imported: configs stay torch-free).
+BACKENDS = ("auto", "reference", "dense", "banded", "grouped", "flex", "flash")
 
 
 @dataclass
@@ -84,6 +86,6 @@ class GPTConfig:
             raise ValueError(f"model.norm must be one of {NORMS}, got {self.norm!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
-        if not isinstance(self.backend, str) or not self.backend:
-            raise ValueError(f"model.backend must be a backend name, got {self.backend!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"model.backend must be one of {BACKENDS}, got {self.backend!r}")
         return self

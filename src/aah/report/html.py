@@ -12,12 +12,17 @@ from typing import Any
 
 from aah.eval import records
 from aah.report import plots
+from aah.report.glossary import describe
 
 REPORT = "report.html"
 #: (file name, caption) of each figure, in page order.
 FIGURES = (
-    ("loss.png", "Train and validation loss"),
-    ("coverage.png", "ACR and causal coverage over training"),
+    ("loss.png", "Train and validation loss (nats/byte) against optimizer step"),
+    (
+        "coverage.png",
+        "ACR (mean of min(w, T) / T) and causal coverage (allowed query-key pairs over full "
+        "causal) over training",
+    ),
     ("windows.png", "Per-layer x head windows over training"),
     ("final_windows.png", "Final window map"),
 )
@@ -62,10 +67,26 @@ def _summary_table(summary: dict[str, Any]) -> str:
     keys = [k for k in SUMMARY_FORMATS if k in summary]
     keys += [k for k in summary if k not in SUMMARY_FORMATS]
     rows = "\n".join(
-        f"<tr><th>{html.escape(k)}</th><td>{html.escape(format_value(k, summary[k]))}</td></tr>"
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(format_value(k, summary[k]))}</td>"
+        f'<td class="def">{html.escape(describe(k))}</td></tr>'
         for k in keys
     )
     return f"<table>\n{rows}\n</table>"
+
+
+def provenance_line(summary: dict[str, Any]) -> str:
+    """Versions, commit and date the run recorded (older runs recorded none)."""
+    keys = ("aah_version", "torch_version", "python_version", "git_commit", "date")
+    if not any(summary.get(k) for k in keys):
+        return "<p>Versions and commit: not recorded (the run predates that record).</p>"
+    parts = [
+        f"aah {summary.get('aah_version', '?')}",
+        f"torch {summary.get('torch_version', '?')}",
+        f"Python {summary.get('python_version', '?')}",
+        f"commit {summary.get('git_commit') or 'unknown (not a git checkout)'}",
+        f"finished {summary.get('date', '?')}",
+    ]
+    return f"<p>Trained with {html.escape(', '.join(parts))}.</p>"
 
 
 def _cut_table(rows: list[dict[str, Any]]) -> str:
@@ -99,6 +120,7 @@ STYLE = """
 body { font-family: sans-serif; margin: 2em; max-width: 60em; }
 table { border-collapse: collapse; } th, td { padding: 2px 10px; border-bottom: 1px solid #ddd; }
 th { text-align: left; font-weight: normal; color: #555; } td { font-family: monospace; }
+td.def { font-family: sans-serif; color: #555; font-size: 90%; }
 figure { margin: 1.5em 0; } img { max-width: 100%; }
 pre { background: #f6f6f6; padding: 1em; overflow-x: auto; }
 """
@@ -116,6 +138,7 @@ def render_page(
 <body>
 <h1>{title}</h1>
 <p>Run directory: <code>{html.escape(str(run_dir))}</code></p>
+{provenance_line(summary)}
 <h2>Summary</h2>
 {_summary_table(summary)}
 {extra}

@@ -1,7 +1,7 @@
 """Figures for one run: loss curves, coverage over training, window heatmaps, final window map,
 and for generated tasks recall accuracy over training and the context-use curve.
 
-matplotlib is an extra (`aah[plots]`): it is imported inside each function, never at import time.
+matplotlib (a dependency) is imported inside each function, never at import time.
 Each function writes one PNG and returns its path.
 """
 
@@ -13,6 +13,16 @@ from typing import Any
 
 Record = dict[str, Any]
 MAX_SNAPSHOTS = 6
+DPI = 160  # print quality; a 6-inch figure is ~960 px wide
+#: font sizes that stay readable when a figure is shown at page width.
+STYLE = {
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "xtick.labelsize": 9,
+    "ytick.labelsize": 9,
+    "legend.fontsize": 8,
+}
 
 
 def _pyplot() -> Any:
@@ -20,10 +30,11 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError as err:
-        raise ValueError("plots need matplotlib: pip install 'aah[plots]'") from err
+        raise ValueError("plots need matplotlib: pip install matplotlib") from err
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    plt.rcParams.update(STYLE)
     return plt
 
 
@@ -34,7 +45,7 @@ def _series(records: list[Record], key: str) -> tuple[list[int], list[float]]:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    fig.savefig(path, format="png", dpi=100, bbox_inches="tight")
+    fig.savefig(path, format="png", dpi=DPI, bbox_inches="tight")
     _pyplot().close(fig)
     return path
 
@@ -48,11 +59,11 @@ def loss_curve(metrics: list[Record], path: Path) -> Path:
         if steps:
             ax.plot(steps, values, style, label=key, markersize=4)
     ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats)")
+    ax.set_ylabel("loss (nats/byte)")
     ax.set_title("loss")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend()
+        ax.legend(**legend_outside())
     return _save(fig, path)
 
 
@@ -65,12 +76,12 @@ def coverage_curve(metrics: list[Record], path: Path) -> Path:
         if steps:
             ax.plot(steps, values, "o-", label=label, markersize=4)
     ax.set_xlabel("step")
-    ax.set_ylabel("fraction")
+    ax.set_ylabel("fraction of full attention")
     ax.set_ylim(0, 1.05)
     ax.set_title("attention coverage")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend()
+        ax.legend(**legend_outside())
     return _save(fig, path)
 
 
@@ -86,31 +97,58 @@ def _log2_grid(windows: list[list[int]], seq_len: int) -> list[list[float]]:
     return [[math.log2(max(1, min(int(w), seq_len))) for w in row] for row in windows]
 
 
-def _heatmap(ax: Any, windows: list[list[int]], seq_len: int, title: str, annotate: bool) -> Any:
-    image = ax.imshow(
-        _log2_grid(windows, seq_len), vmin=0, vmax=math.log2(seq_len), cmap="viridis", aspect="auto"
-    )
-    ax.set_title(title, fontsize=9)
-    ax.set_xlabel("head", fontsize=8)
-    ax.set_ylabel("layer", fontsize=8)
+def window_levels(plans: list[list[list[int]]], seq_len: int) -> tuple[int, int]:
+    """(lowest, highest) power-of-two level of the windows shown: the palette spans only
+    these, so neighbouring windows such as 32 and 64 get clearly different colours."""
+    low = min(min(int(w), seq_len) for plan in plans for row in plan for w in row)
+    return math.floor(math.log2(max(1, low))), math.ceil(math.log2(seq_len))
+
+
+def window_palette(levels: tuple[int, int]) -> tuple[Any, Any]:
+    """(cmap, norm): one discrete viridis colour per power of two from levels[0] to [1]."""
+    plt = _pyplot()
+    from matplotlib.colors import BoundaryNorm
+
+    low, high = levels
+    bounds = [level - 0.5 for level in range(low, high + 2)]
+    cmap = plt.get_cmap("viridis", high - low + 1)
+    return cmap, BoundaryNorm(bounds, cmap.N)
+
+
+def _heatmap(
+    ax: Any,
+    windows: list[list[int]],
+    seq_len: int,
+    title: str,
+    annotate: bool,
+    levels: tuple[int, int],
+) -> Any:
+    cmap, norm = window_palette(levels)
+    image = ax.imshow(_log2_grid(windows, seq_len), cmap=cmap, norm=norm, aspect="auto")
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("head", fontsize=9)
+    ax.set_ylabel("layer", fontsize=9)
     n_layer, n_head = len(windows), max(len(row) for row in windows)
     ax.set_xticks(range(n_head))
     ax.set_yticks(range(n_layer))
-    ax.tick_params(labelsize=7)
-    if annotate:
+    ax.tick_params(labelsize=8)
+    if annotate:  # dark text on the light (wide) end of viridis, white on the dark end
+        light = levels[0] + 0.6 * (levels[1] - levels[0])
         for layer, row in enumerate(windows):
             for head, w in enumerate(row):
-                ax.text(head, layer, str(min(int(w), seq_len)), ha="center", va="center",
-                        color="white", fontsize=7)  # fmt: skip
+                shown = min(int(w), seq_len)
+                color = "black" if math.log2(max(shown, 1)) >= light else "white"
+                ax.text(head, layer, str(shown), ha="center", va="center", color=color, fontsize=8)
     return image
 
 
-def _colorbar(fig: Any, image: Any, axes: Any, seq_len: int) -> None:
+def _colorbar(fig: Any, image: Any, axes: Any, seq_len: int, levels: tuple[int, int]) -> None:
     bar = fig.colorbar(image, ax=axes, shrink=0.8)
-    top = int(math.log2(seq_len))
-    bar.set_ticks(list(range(top + 1)))
-    bar.set_ticklabels([str(2**i) for i in range(top + 1)])
-    bar.set_label("window (log2 scale)")
+    ticks = list(range(levels[0], levels[1] + 1))
+    bar.set_ticks(ticks)
+    bar.set_ticklabels([str(min(2**i, seq_len)) for i in ticks])
+    bar.ax.tick_params(labelsize=8)
+    bar.set_label("window w (tokens, log2 scale)")
 
 
 def window_snapshots(plans: list[Record], seq_len: int, path: Path) -> Path:
@@ -125,11 +163,13 @@ def window_snapshots(plans: list[Record], seq_len: int, path: Path) -> Path:
         rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False, layout="constrained"
     )
     image = None
+    levels = window_levels([r["windows"] for r in picked], seq_len)
     for ax, record in zip(axes.flat, picked, strict=False):
-        image = _heatmap(ax, record["windows"], seq_len, f"step {record.get('step')}", False)
+        title = f"step {record.get('step')}"
+        image = _heatmap(ax, record["windows"], seq_len, title, False, levels)
     for ax in list(axes.flat)[len(picked) :]:
         ax.axis("off")
-    _colorbar(fig, image, axes, seq_len)
+    _colorbar(fig, image, axes, seq_len, levels)
     fig.suptitle("windows over training")
     return _save(fig, path)
 
@@ -143,8 +183,9 @@ def final_window_map(windows: list[list[int]], seq_len: int, path: Path) -> Path
     fig, ax = plt.subplots(
         figsize=(1.5 + 0.6 * n_head, 1.2 + 0.5 * len(windows)), layout="constrained"
     )
-    image = _heatmap(ax, windows, seq_len, f"final windows (T = {seq_len})", True)
-    _colorbar(fig, image, ax, seq_len)
+    levels = window_levels([windows], seq_len)
+    image = _heatmap(ax, windows, seq_len, f"final windows (T = {seq_len})", True, levels)
+    _colorbar(fig, image, ax, seq_len, levels)
     return _save(fig, path)
 
 
@@ -169,7 +210,7 @@ def recall_curve(metrics: list[Record], path: Path) -> Path:
     ax.set_title("recall accuracy by distance")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small", title="distance", ncol=2)
+        ax.legend(title="distance", **legend_outside())
     return _save(fig, path)
 
 
@@ -196,8 +237,16 @@ def cut_window_curve(rows: list[Record], path: Path) -> Path:
         if far:
             far_acc = [(r.get("val_acc_by_distance") or {}).get(far[0]) for r in cuts]
             acc.plot(xs, far_acc, "^--", color="C3", label=f"recall, distance {far[0]}")
-        acc.set_ylabel("recall accuracy")
+        acc.set_ylabel("recall accuracy (fraction)")
         acc.set_ylim(0, 1.05)
-        acc.legend(loc="upper center", fontsize="small")
-    ax.legend(loc="upper right", fontsize="small")
+        # One legend for both axes, outside them: it never hides a line.
+        handles = ax.get_legend_handles_labels()[0] + acc.get_legend_handles_labels()[0]
+        ax.legend(handles=handles, **legend_outside(offset=1.15))
+    else:
+        ax.legend(**legend_outside())
     return _save(fig, path)
+
+
+def legend_outside(offset: float = 1.02) -> dict[str, Any]:
+    """Legend keywords that put it right of the axes, top-aligned (outside the data)."""
+    return {"loc": "upper left", "bbox_to_anchor": (offset, 1.0), "borderaxespad": 0.0}

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from aah.eval import records
-from aah.report import comparisons, stats, suite_plots
+from aah.report import comparisons, glossary, provenance, stats, suite_plots
 from aah.report.accuracy import accuracy_section
 from aah.report.baselines import baseline_lines, suite_baselines
 from aah.report.context_gate import context_use_section
@@ -30,6 +30,7 @@ from aah.report.suite_data import (
 )
 from aah.report.topology import topology_section
 from aah.sweep.config import cell_name
+from aah.sweep.results import COLUMNS, TASK_COLUMNS
 
 __all__ = ["REPORT", "build_suite_report", "equal_time", "is_results_dir", "load_suite"]
 
@@ -299,9 +300,12 @@ def build_suite_report(results_dir: Path, out_dir: Path | None = None) -> Path:
         "on seed. All numbers below are computed from the results CSVs and run directories; "
         f"regenerate with: `aah report {results_dir}`.",
         "",
+        *provenance.suite_lines(c.path for s in suites for c in s.cells),
     ]
     for suite in suites:
         lines += _suite_section(suite, out_dir)
+    terms = glossary.definitions([*COLUMNS, *TASK_COLUMNS])  # the results CSV's columns
+    lines += ["## Definitions", "", *terms, ""]
     path = out_dir / REPORT
     records.write_text_atomic(path, "\n".join(lines).rstrip() + "\n")
     return path

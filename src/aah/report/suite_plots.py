@@ -2,18 +2,21 @@
 quality at equal training time, and window heatmaps.
 
 Inputs are plain data (regime -> per-seed metrics records, or precomputed numbers), so this
-module knows nothing of the results layout. matplotlib is an extra (`aah[plots]`), imported
-only when a figure is drawn. Each function writes one PNG and returns its path.
+module knows nothing of the results layout. matplotlib is imported only when a figure is
+drawn. Each function writes one PNG and returns its path. A regime has one colour in every
+figure of every suite (`regime_colors`); legends sit outside the axes, never over a line.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from aah.controller.config import POLICIES
 from aah.report import stats
-from aah.report.plots import _pyplot, _save, window_snapshots
+from aah.report.plots import _pyplot, _save, legend_outside, window_snapshots
 
 Record = dict[str, Any]
 BASELINE = "full"
@@ -27,14 +30,27 @@ __all__ = [
 ]
 
 
+#: tab20 indices: the ten saturated colours first, then their light twins.
+_PALETTE_ORDER = [*range(0, 20, 2), *range(1, 20, 2)]
+
+
+def regime_color(regime: str) -> Any:
+    """The regime's colour, fixed across figures and suites: the baseline black, each known
+    policy its own tab20 colour, any other name a colour picked by a stable hash of it."""
+    if regime == BASELINE:
+        return "black"
+    known = [p for p in POLICIES if p != BASELINE]
+    if regime in known:
+        slot = known.index(regime)
+    else:
+        digest = int.from_bytes(hashlib.blake2b(regime.encode(), digest_size=4).digest(), "big")
+        slot = len(known) + digest % (len(_PALETTE_ORDER) - len(known))
+    return _pyplot().get_cmap("tab20")(_PALETTE_ORDER[slot])
+
+
 def regime_colors(regimes: Sequence[str]) -> dict[str, Any]:
-    """One colour per regime, the same in every figure; the baseline is black."""
-    plt = _pyplot()
-    others = [r for r in regimes if r != BASELINE]
-    cmap = plt.get_cmap("tab10" if len(others) <= 10 else "tab20")
-    colors: dict[str, Any] = {r: cmap(i % cmap.N) for i, r in enumerate(others)}
-    colors[BASELINE] = "black"
-    return colors
+    """regime -> `regime_color(regime)`."""
+    return {regime: regime_color(regime) for regime in regimes}
 
 
 def _style(regime: str) -> dict[str, Any]:
@@ -58,7 +74,7 @@ def _finish(ax: Any, xlabel: str, ylabel: str, title: str) -> None:
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(**legend_outside())
 
 
 def val_curves(runs: dict[str, list[list[Record]]], path: Path, title: str) -> Path:
@@ -82,7 +98,7 @@ def val_curves(runs: dict[str, list[list[Record]]], path: Path, title: str) -> P
         )
         lows, highs = [min(v) for v in points.values()], [max(v) for v in points.values()]
         ax.fill_between(steps, lows, highs, color=colors[regime], alpha=0.12, linewidth=0)
-    _finish(ax, "step", "val bits per byte", title)
+    _finish(ax, "step", "validation bits per byte", title)
     return _save(fig, path)
 
 
@@ -102,7 +118,7 @@ def acr_curves(runs: dict[str, list[list[Record]]], path: Path, title: str) -> P
                 **_style(regime),
             )
     ax.set_ylim(0, 1.05)
-    _finish(ax, "step", "ACR", title)
+    _finish(ax, "step", "ACR: mean of min(w, T) / T over heads", title)
     return _save(fig, path)
 
 
@@ -117,6 +133,7 @@ def quality_vs_coverage(
     plt = _pyplot()
     colors = regime_colors(list(points))
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    labels = []
     for regime, (coverage, bpb, spread) in points.items():
         yerr = None if spread != spread else spread  # nan != nan
         ax.errorbar(
@@ -128,10 +145,38 @@ def quality_vs_coverage(
             color=colors[regime],
             markersize=7 if regime == BASELINE else 5,
         )
-        ax.annotate(regime, (coverage, bpb), textcoords="offset points", xytext=(5, 4), fontsize=7)
+        style = {"fontsize": 8, "color": colors[regime]}
+        labels.append(
+            ax.annotate(regime, (coverage, bpb), textcoords="offset points", xytext=(6, 4), **style)
+        )
     ax.set_xlim(0, 1.08)
-    _finish(ax, "causal coverage (mean over seeds)", "final val bits per byte", title)
+    _finish(ax, "causal coverage (mean over seeds)", "final validation bits per byte", title)
+    for label in spread_labels(fig, labels):  # a moved label points back at its marker
+        ax.annotate(label.get_text(), label.xy, textcoords="offset points", xytext=label.xyann,
+                    fontsize=8, color=label.get_color(),
+                    arrowprops={"arrowstyle": "-", "color": "grey", "linewidth": 0.5})  # fmt: skip
+        label.remove()
     return _save(fig, path)
+
+
+def spread_labels(fig: Any, labels: list[Any], *, step: float = 4.0, tries: int = 60) -> list[Any]:
+    """Move point labels apart until no two overlap: from the top down, each label slides
+    down, then up, in `step`-point steps from its place. Returns the labels that moved."""
+    renderer = fig.canvas.get_renderer()
+    placed: list[Any] = []
+    moved = []
+    for label in sorted(labels, key=lambda a: -a.xy[1]):
+        dx, dy = label.xyann
+        for i in range(tries):
+            shift = (i + 1) // 2 * step * (-1 if i % 2 else 1)
+            label.xyann = (dx, dy + shift)
+            box = label.get_window_extent(renderer)
+            if not any(box.overlaps(other) for other in placed):
+                break
+        if label.xyann != (dx, dy):
+            moved.append(label)
+        placed.append(label.get_window_extent(renderer))
+    return moved
 
 
 def equal_time(
@@ -162,5 +207,5 @@ def equal_time(
         fontsize=8,
         color="grey",
     )
-    _finish(ax, "training seconds (cumulative, excluding eval)", "val bits per byte", title)
+    _finish(ax, "training seconds (cumulative, excl. eval)", "validation bits per byte", title)
     return _save(fig, path)

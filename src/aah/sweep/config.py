@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from aah.controller.config import POLICIES
+from aah.textfile import read_utf8
 from aah.train.run_config import RunConfig
 
 SWEEP_KEYS = ("name", "regimes", "seeds", "variants")
@@ -62,9 +63,7 @@ class SweepConfig:
     def from_toml(cls, path: str | Path) -> SweepConfig:
         path = Path(path)
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ValueError(f"sweep config {str(path)!r} does not exist") from None
+            data = tomllib.loads(read_utf8(path, "sweep config"))
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"sweep config {str(path)!r} is not valid TOML: {err}") from None
         table = data.pop("sweep", None)

@@ -14,11 +14,13 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from aah.cli import flags
 from aah.controller import ControllerConfig, make_policy
 from aah.eval.evaluate import plan_diagnostics
 from aah.model import GPT, GPTConfig
@@ -75,10 +77,12 @@ def bench_training(
     n_head: int = 8,
     budget: float = 0.3,
     interval: int = 5,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
+    """Rows of (seq_len, plan) timings; `on_row` receives each row as soon as it is done."""
     if threads:
         torch.set_num_threads(threads)
-    dev = resolve_device(device)
+    dev = resolve_device(device, what="--device")
     rows = []
     for seq_len in seq_lens:
         torch.manual_seed(0)
@@ -133,6 +137,8 @@ def bench_training(
                     "controller_share": round(update_s / (interval * median + update_s), 4),
                 }
             )
+            if on_row is not None:
+                on_row(rows[-1])
     return {
         "benchmark": "training",
         "model": {"n_layer": n_layer, "d_model": d_model, "n_head": n_head},
@@ -147,26 +153,35 @@ def bench_training(
     }
 
 
+COLUMNS = (
+    "seq_len",
+    "plan",
+    "controller_share",
+    "causal_coverage",
+    "executed_ratio",
+    "ms_per_step",
+    "tokens_per_s",
+    "speedup_vs_full",
+)
+
+
+def table_head(model: dict[str, int], batch_size: int, threads: int, backend: str,
+               steps: int, warmup: int) -> str:  # fmt: skip
+    title = (
+        f"training throughput: {model}, batch {batch_size}, {threads} threads, backend "
+        f"{backend}, median of {steps} steps after {warmup} warm-up"
+    )
+    return title + "\n" + "  ".join(f"{c:>15}" for c in COLUMNS)
+
+
+def table_row(row: dict[str, Any]) -> str:
+    return "  ".join(f"{row[c]!s:>15}" for c in COLUMNS)
+
+
 def format_table(result: dict[str, Any]) -> str:
-    head = (
-        f"training throughput: {result['model']}, batch {result['batch_size']}, "
-        f"{result['threads']} threads, backend {result['backend']}, "
-        f"median of {result['steps']} steps after {result['warmup']} warm-up"
-    )
-    cols = (
-        "seq_len",
-        "plan",
-        "controller_share",
-        "causal_coverage",
-        "executed_ratio",
-        "ms_per_step",
-        "tokens_per_s",
-        "speedup_vs_full",
-    )
-    lines = [head, "  ".join(f"{c:>15}" for c in cols)]
-    for row in result["rows"]:
-        lines.append("  ".join(f"{row[c]!s:>15}" for c in cols))
-    return "\n".join(lines)
+    head = table_head(result["model"], result["batch_size"], result["threads"],
+                      result["backend"], result["steps"], result["warmup"])  # fmt: skip
+    return "\n".join([head, *(table_row(row) for row in result["rows"])])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,35 +189,39 @@ def build_parser() -> argparse.ArgumentParser:
         prog="aah bench training",
         description="Training tokens/s of full vs fixed T/4 vs each policy's plan, interleaved.",
     )
-    p.add_argument("--seq-lens", default="1024,4096", help="comma list (default 1024,4096)")
-    p.add_argument("--batch-size", type=int, default=2)
+    flags.add_seq_lens(p, [1024, 4096])
+    flags.add_batch_size(p, "sequences per step (default 2)", default=2)
     p.add_argument("--steps", type=int, default=3, help="timed steps per plan (median)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps per plan first")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    flags.add_threads(p)
     p.add_argument("--backend", default="auto", help="attention backend (default auto)")
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
+    flags.add_device(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the table, then one JSON line; exit 2 with a message on bad arguments."""
+    """Print the table row by row as each finishes, then one JSON line; exit 2 with a
+    message on bad arguments."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        seq_lens = [int(s) for s in str(args.seq_lens).split(",") if s.strip()]
-        if not seq_lens or min(seq_lens) < 8:
-            raise ValueError
-    except ValueError:
-        print(f"aah bench training: --seq-lens must be ints >= 8, got {args.seq_lens!r}",
-              file=sys.stderr)  # fmt: skip
+        seq_lens = flags.int_list(args.seq_lens, minimum=8)
+        flags.check_batch_size(args.batch_size)
+        flags.check_threads(args.threads)
+        if args.steps < 1 or args.warmup < 0:
+            raise ValueError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps}, "
+                             f"{args.warmup}")  # fmt: skip
+    except ValueError as err:
+        print(f"aah bench training: error: {err}", file=sys.stderr)
         return 2
-    if args.steps < 1 or args.warmup < 0 or args.batch_size < 1:
-        print("aah bench training: --steps and --batch-size must be >= 1, --warmup >= 0",
-              file=sys.stderr)  # fmt: skip
-        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = {"n_layer": 4, "d_model": 256, "n_head": 8}
+    print(table_head(model, args.batch_size, torch.get_num_threads(), args.backend,
+                     args.steps, args.warmup), flush=True)  # fmt: skip
     result = bench_training(
         seq_lens, batch_size=args.batch_size, steps=args.steps, warmup=args.warmup,
         threads=args.threads, backend=args.backend, device=args.device,
+        on_row=lambda row: print(table_row(row), flush=True), **model,
     )  # fmt: skip
-    print(format_table(result))
     print(json.dumps(result))
     return 0

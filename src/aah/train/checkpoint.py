@@ -1,9 +1,12 @@
-"""Atomic, self-verifying checkpoints.
+"""Atomic, self-verifying checkpoints, loadable with plain `torch.load(path, weights_only=True)`.
 
-File layout: a magic line, the sha256 hex of the payload, a newline, then the payload (a
-`torch.save` byte string). Writes go to a temp file in the same folder, are fsynced, then
-`os.replace`d over the target, so a crash mid-write leaves the previous checkpoint intact.
-Loading verifies the digest and raises ValueError on any mismatch or truncation.
+File layout: one `torch.save` of the payload dict, which holds beside its own keys an
+"integrity" entry: {"scheme", "sha256"}, the digest of a canonical walk over every other key
+(names, tensor dtypes, shapes and bytes, numbers, strings; aah.train.integrity). Writes go to
+a temp file in the same folder, are fsynced, then `os.replace`d over the target, so a crash
+mid-write leaves the previous checkpoint intact. Loading verifies the digest and raises
+ValueError on any mismatch or truncation. Files of the earlier layout (a magic line and the
+sha256 of the payload bytes in front of them) are still read.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from aah.train.integrity import INTEGRITY, SCHEME, payload_digest
+
+#: the earlier layout's header: magic line, sha256 hex of the payload, newline.
 MAGIC = b"AAHCKPT1\n"
 DIGEST_LEN = 64
 #: payload layout version; 2: RoPE rotates interleaved pairs (format 1 rotated halves, so a
@@ -56,10 +62,10 @@ def write_bytes_atomic(path: Path, data: bytes, *, chunk: int = 1 << 20) -> None
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
-    """Atomically write `payload` (tensors, dicts, lists, numbers, strings) with its sha256."""
-    data = encode_payload(payload)
-    digest = hashlib.sha256(data).hexdigest().encode()
-    write_bytes_atomic(Path(path), MAGIC + digest + b"\n" + data)
+    """Atomically write `payload` (tensors, dicts, lists, numbers, strings) with its digest."""
+    body = {k: v for k, v in payload.items() if k != INTEGRITY}
+    body[INTEGRITY] = {"scheme": SCHEME, "sha256": payload_digest(body)}
+    write_bytes_atomic(Path(path), encode_payload(body))
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -69,18 +75,41 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raw = path.read_bytes()
     except FileNotFoundError:
         raise ValueError(f"checkpoint {str(path)!r} does not exist") from None
+    except IsADirectoryError:
+        raise ValueError(f"checkpoint {str(path)!r} is a directory, not a file") from None
+    if raw.startswith(MAGIC):
+        return _load_headed(path, raw, map_location)
+    try:
+        payload = torch.load(io.BytesIO(raw), map_location=map_location, weights_only=True)
+    except Exception as err:  # torch raises many types for a damaged zip or pickle
+        raise ValueError(
+            f"checkpoint {str(path)!r} is corrupt: it does not load ({type(err).__name__})"
+        ) from None
+    record = payload.get(INTEGRITY) if isinstance(payload, dict) else None
+    if not isinstance(record, dict) or record.get("scheme") != SCHEME:
+        raise ValueError(f"checkpoint {str(path)!r} is corrupt: no aah integrity record")
+    body = {k: v for k, v in payload.items() if k != INTEGRITY}
+    _compare(path, payload_digest(body), str(record.get("sha256")))
+    return body
+
+
+def _load_headed(path: Path, raw: bytes, map_location: str | torch.device) -> dict[str, Any]:
+    """The earlier layout: MAGIC, the payload's sha256 hex, a newline, the payload."""
     head = len(MAGIC) + DIGEST_LEN + 1
-    if len(raw) < head or not raw.startswith(MAGIC) or raw[head - 1 : head] != b"\n":
+    if len(raw) < head or raw[head - 1 : head] != b"\n":
         raise ValueError(f"checkpoint {str(path)!r} is corrupt: not an aah checkpoint header")
     expected = raw[len(MAGIC) : head - 1].decode("ascii", errors="replace")
     data = raw[head:]
-    actual = hashlib.sha256(data).hexdigest()
+    _compare(path, hashlib.sha256(data).hexdigest(), expected)
+    return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+
+
+def _compare(path: Path, actual: str, expected: str) -> None:
     if actual != expected:
         raise ValueError(
             f"checkpoint {str(path)!r} is corrupt: sha256 {actual[:12]}... does not match the "
             f"stored {expected[:12]}... (truncated or modified file)"
         )
-    return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
 
 
 def load_run_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:

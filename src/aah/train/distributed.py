@@ -29,13 +29,20 @@ class DistInfo:
         return self.rank == 0
 
 
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """ "auto" picks CUDA when present; a CUDA rank uses its local GPU."""
+#: device names every command takes: "auto" is CUDA when present, else the CPU.
+DEVICE_NAMES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(name: str, local_rank: int = 0, *, what: str = "train.device") -> torch.device:
+    """ "auto" picks CUDA when present; a CUDA rank uses its local GPU. ValueError (naming
+    `what`, the flag or field) for any other name, or for cuda without a CUDA device."""
+    if name not in DEVICE_NAMES:
+        raise ValueError(f"{what} must be one of {', '.join(DEVICE_NAMES)}, got {name!r}")
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError("train.device is 'cuda' but no CUDA device is available")
+            raise ValueError(f"{what} is 'cuda' but no CUDA device is available")
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
 

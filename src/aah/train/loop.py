@@ -29,6 +29,7 @@ from aah.data import BatchLoader, TokenSplits, load_tokens
 from aah.eval import records
 from aah.model import GPT
 from aah.train import distributed as dist_util
+from aah.train import preflight
 from aah.train.checkpoint import load_run_checkpoint, save_checkpoint
 from aah.train.divergence import DivergenceGuard, TrainingDiverged, loss_limit
 from aah.train.metrics import eval_record, log_record, summary_record, wall_seconds
@@ -115,7 +116,12 @@ def _train(
         torch.set_num_threads(cfg.threads)
     wall_start = time.perf_counter()
     payload = load_run_checkpoint(run_dir / records.CHECKPOINT) if resume else None
+    if payload is not None:
+        preflight.check_steps(payload, config)
     splits = _load_data(config, info, progress and info.is_main)
+    preflight.check_splits(splits, config)
+    if payload is not None:
+        preflight.check_resume(payload, splits, config)
     torch.manual_seed(cfg.seed)
     model = GPT(config.model).to(device)
     mc = config.model
@@ -260,16 +266,14 @@ def _train(
                 last.update(record)
                 window = {"tokens": 0, "seconds": 0.0, "ctrl": 0.0}
             if is_ckpt:
-                _checkpoint(
-                    config, model, optimizer, policy, loader, counters, info, run_dir, wall_start
-                )
+                _checkpoint(config, model, optimizer, policy, loader, counters, info, run_dir,
+                            wall_start, splits.content_hash)  # fmt: skip
                 saved_at = n
         if interrupted and saved_at != counters.step:
             bad = guard.weights_loss(model, batch)
             if bad is None:
-                _checkpoint(
-                    config, model, optimizer, policy, loader, counters, info, run_dir, wall_start
-                )
+                _checkpoint(config, model, optimizer, policy, loader, counters, info, run_dir,
+                            wall_start, splits.content_hash)  # fmt: skip
             else:
                 diverged = guard.stop(
                     AFTER_UPDATE, counters.step, bad, lr, counters.tokens, saved_at
@@ -339,11 +343,22 @@ def _checkpoint(
     info: dist_util.DistInfo,
     run_dir: Path,
     wall_start: float,
+    data_fingerprint: str,
 ) -> None:
     prior = counters.wall_seconds
     # The stored total becomes the prior wall time of a resumed run.
     counters.wall_seconds = wall_seconds(counters, wall_start)
-    payload = checkpoint_payload(config, model, optimizer, policy, loader, counters, info)
+    payload = checkpoint_payload(
+        config, model, optimizer, policy, loader, counters, info, data_fingerprint
+    )
     counters.wall_seconds = prior
-    if payload is not None:
-        save_checkpoint(run_dir / records.CHECKPOINT, payload)
+    if payload is None:
+        return
+    path = run_dir / records.CHECKPOINT
+    try:
+        save_checkpoint(path, payload)
+    except OSError as err:  # e.g. disk full: the write is atomic, the old file stays
+        raise ValueError(
+            f"cannot write checkpoint {str(path)!r} at step {counters.step}: "
+            f"{err.strerror or err}; the previous checkpoint, if any, is intact"
+        ) from None

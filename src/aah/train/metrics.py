@@ -11,6 +11,8 @@ from aah.data import TokenSplits
 from aah.eval.evaluate import evaluate_loss, peak_rss_mb, plan_diagnostics
 from aah.model import GPT
 from aah.train import distributed as dist_util
+from aah.train import fingerprint
+from aah.train.provenance import provenance
 from aah.train.run_config import RunConfig
 from aah.train.session import Counters
 
@@ -111,4 +113,6 @@ def summary_record(
         "seq_len": config.seq_len,
         "corpus": splits.name,
         "backend": config.model.backend,
+        fingerprint.KEY: splits.content_hash,
+        **provenance(),
     }

@@ -94,8 +94,16 @@ class RunConfig:
                 data = tomllib.load(handle)
         except FileNotFoundError:
             raise ValueError(f"config file {str(path)!r} does not exist") from None
+        except IsADirectoryError:
+            raise ValueError(f"config file {str(path)!r} is a directory, not a TOML file") from None
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"config file {str(path)!r} is not UTF-8 text (byte {err.start}): not a TOML file"
+            ) from None
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"config file {str(path)!r} is not valid TOML: {err}") from None
+        except OSError as err:
+            raise ValueError(f"config file {str(path)!r} cannot be read: {err.strerror}") from None
         data.pop("sweep", None)  # a suite file's grid, read only by `aah sweep`
         return cls.from_dict(data, source=str(path))
 

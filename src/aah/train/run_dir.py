@@ -51,6 +51,8 @@ def claim(run_dir: Path, resume: bool, info: dist_util.DistInfo) -> tuple[RunLoc
     lock, error = None, None
     if info.is_main:
         try:
+            if run_dir.exists() and not run_dir.is_dir():
+                raise ValueError(f"run directory {str(run_dir)!r} is an existing file")
             try:
                 lock = acquire(run_dir)
             except OSError as err:  # e.g. read-only, or a file where the directory should be

@@ -10,6 +10,7 @@ from torch import nn
 
 from aah.data import BatchLoader
 from aah.model import GPT
+from aah.train import fingerprint
 from aah.train.checkpoint import FORMAT, rng_state, set_rng_state
 from aah.train.config import TrainConfig
 from aah.train.distributed import DistInfo, gather_objects
@@ -49,6 +50,7 @@ def checkpoint_payload(
     loader: BatchLoader,
     counters: Counters,
     info: DistInfo,
+    data_fingerprint: str,
 ) -> dict[str, Any] | None:
     """The checkpoint dict on rank 0 (None elsewhere); collective: every rank must call it."""
     per_rank = gather_objects(info, {"rng": rng_state(), "data": loader.state_dict()})
@@ -65,6 +67,7 @@ def checkpoint_payload(
         "counters": asdict(counters),
         "world_size": info.world_size,
         "ranks": per_rank,
+        fingerprint.KEY: data_fingerprint,
     }
 
 

@@ -1,0 +1,71 @@
+"""The flag vocabulary every subcommand shares (docs/cli.md): one spelling, one meaning.
+
+--batch-size B   windows (sequences) per forward pass, >= 1
+--seq-lens T,T   sequence lengths as one comma list
+--threads N      torch intra-op threads; 0 (the default) leaves torch's own default
+--device D       auto (CUDA when present, else CPU; the default), cpu or cuda
+
+Older spellings (--batch; --contexts T T) still parse, hidden from --help.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+DEVICE_HELP = "auto (default: CUDA when present, else CPU), cpu or cuda"
+THREADS_HELP = "torch threads (default 0: torch's own default)"
+
+
+def add_batch_size(p: argparse.ArgumentParser, help_text: str, default: int | None = None) -> None:
+    p.add_argument("--batch-size", type=int, default=default, metavar="B", help=help_text)
+    p.add_argument(
+        "--batch", type=int, dest="batch_size", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
+
+
+def check_batch_size(value: int | None) -> None:
+    if value is not None and value < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {value}")
+
+
+def add_device(p: argparse.ArgumentParser, default: str = "auto") -> None:
+    p.add_argument("--device", default=default, metavar="D", help=DEVICE_HELP)
+
+
+def add_threads(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, default=0, metavar="N", help=THREADS_HELP)
+
+
+def check_threads(value: int) -> None:
+    if value < 0:
+        raise ValueError(f"--threads must be >= 0 (0 = torch's default), got {value}")
+
+
+def add_seq_lens(
+    p: argparse.ArgumentParser, default: Sequence[int], *, aliases: Sequence[str] = ()
+) -> None:
+    text = ",".join(str(t) for t in default)
+    p.add_argument(
+        "--seq-lens", default=list(default), metavar="T,T,...",
+        help=f"sequence lengths, a comma list (default {text})",
+    )  # fmt: skip
+    for alias in aliases:
+        p.add_argument(
+            alias, nargs="+", dest="seq_lens", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
+
+
+def int_list(
+    words: Sequence[object] | str, flag: str = "--seq-lens", minimum: int = 1
+) -> list[int]:
+    """'1,2' or ['1', '2'] or ['1,2'] -> [1, 2]; ValueError naming the flag and value."""
+    parts = [words] if isinstance(words, (str, int)) else list(words)
+    text = ",".join(str(w) for w in parts)
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} must be a comma list of ints, got {text!r}") from None
+    if not values or min(values) < minimum:
+        raise ValueError(f"{flag} must be ints >= {minimum}, got {text!r}")
+    return values

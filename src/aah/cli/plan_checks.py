@@ -1,0 +1,52 @@
+"""Checks of `aah plan search|apply` arguments that run before any model is loaded, so a
+typo costs a second, not a whole search."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from aah.textfile import read_utf8
+
+
+def check_model(name: str) -> None:
+    """A local model must be a directory; a hub name is NAME or ORG/NAME (no deeper path)."""
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ValueError(f"model {name!r} is a file; give the model's directory")
+        return
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name:
+        raise ValueError(
+            f"model directory {name!r} does not exist (a hub name is NAME or ORG/NAME)"
+        )
+
+
+def check_output(path: str, flag: str) -> None:
+    """`path` can be written: its folder exists and it is not itself a folder."""
+    out = Path(path).expanduser()
+    parent = out.parent
+    if out.is_dir():
+        raise ValueError(f"{flag} {path!r} is a directory; give a file name")
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {path!r}: folder {str(parent)!r} does not exist")
+
+
+def check_plan_arguments(args: argparse.Namespace) -> None:
+    """ValueError naming the first bad argument of `plan search` or `plan apply`."""
+    for flag in ("batch_size", "max_batches"):
+        value = getattr(args, flag)
+        if value < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    check_model(args.model)
+    read_utf8(args.text, "--text file")
+    if args.action == "search":
+        if not 0.0 < args.budget <= 1.0:
+            raise ValueError(f"--budget must be in (0, 1], got {args.budget}")
+        check_output(args.out, "--out")
+        if args.heatmap:
+            check_output(args.heatmap, "--heatmap")
+        if args.heldout:
+            read_utf8(args.heldout, "--heldout file")
+    else:
+        read_utf8(args.plan, "--plan file")
