@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from aah.cli import main
-from aah.eval import records
+from aah import records
 from aah.sweep import COLUMNS, SweepConfig, read_csv, run_sweep
 from aah.sweep.results import TASK_COLUMNS
 from aah.sweep.runner import CELL
@@ -233,3 +233,29 @@ def test_a_failing_cell_stops_the_sweep_with_exit_1_and_keeps_finished_cells(
     err = capsys.readouterr().err
     assert "cell full-s0 failed" in err and "train.log" in err
     assert "does not exist" in (out / "tiny" / "full-s0" / "train.log").read_text()
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def test_commit_lands_each_finished_cell_and_nothing_else(tmp_path, tiny_corpus):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "t@example.com")
+    _git(repo, "config", "user.name", "t")
+    (repo / ".gitignore").write_text("results/*/*/checkpoints/\n")
+    (repo / "other.txt").write_text("staged, not part of the sweep\n")
+    _git(repo, "add", ".gitignore", "other.txt")
+    sweep = SweepConfig.from_toml(suite_file(tmp_path, tiny_corpus, steps=3))
+    outcome = run_sweep(sweep, repo / "results", progress=False, commit=True)
+    assert outcome.finished == 2
+    log = _git(repo, "log", "--format=%s").splitlines()
+    assert log == ["tiny: cell budget-s0 finished", "tiny: cell full-s0 finished"]
+    tracked = _git(repo, "ls-tree", "-r", "--name-only", "HEAD").split()
+    assert "results/tiny.csv" in tracked and "results/tiny/full-s0/summary.json" in tracked
+    assert not [f for f in tracked if "checkpoints" in f] and "other.txt" not in tracked
+    assert "other.txt" in _git(repo, "diff", "--cached", "--name-only")  # still staged only

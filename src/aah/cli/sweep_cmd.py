@@ -32,6 +32,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--regimes", metavar="LIST", help="comma list replacing sweep.regimes")
     p.add_argument("--dry-run", action="store_true", help="list the cells and their state only")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--commit", action="store_true",
+        help="git-commit each finished cell's folder and the CSV as it lands (only those "
+        "paths; .gitignore keeps checkpoints out)",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
@@ -59,7 +64,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"  {state}  {cell_dir(out, sweep, cell)}")
         return 0
     try:
-        outcome = run_sweep(sweep, out, progress=not args.no_progress)
+        outcome = run_sweep(sweep, out, progress=not args.no_progress, commit=args.commit)
     except CellFailed as err:
         print(f"aah sweep: {err}; finished cells are kept, rerun to continue", file=sys.stderr)
         return 1

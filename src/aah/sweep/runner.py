@@ -20,8 +20,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from aah.eval import records
+from aah import records
 from aah.sweep.config import Cell, SweepConfig
+from aah.sweep.git_commit import commit_paths
 from aah.sweep.results import row_from_summary, write_csv
 
 LOG = "train.log"
@@ -97,8 +98,11 @@ def train_command(cell: Cell, run_dir: Path) -> list[str]:
     return [*base, "--config", str(config_path), "--out", str(run_dir)]
 
 
-def run_sweep(sweep: SweepConfig, out: Path, *, progress: bool = True) -> SweepOutcome:
-    """Run every unfinished cell in grid order; rewrite the CSV after each one."""
+def run_sweep(
+    sweep: SweepConfig, out: Path, *, progress: bool = True, commit: bool = False
+) -> SweepOutcome:
+    """Run every unfinished cell in grid order; rewrite the CSV after each one (and with
+    `commit`, commit the cell's folder and the CSV: aah.sweep.git_commit)."""
     from tqdm import tqdm
 
     cells = sweep.cells()
@@ -126,6 +130,11 @@ def run_sweep(sweep: SweepConfig, out: Path, *, progress: bool = True) -> SweepO
             done += 1
             grid.update(1)
             write_csv(csv_path, collect_rows(out, sweep))
+            if commit:
+                paths = [cell_dir(out, sweep, cell), csv_path]
+                why = commit_paths(paths, f"{sweep.name}: cell {cell.name} finished")
+                if why is not None:
+                    print(f"aah sweep: {cell.name} not committed: {why}", file=sys.stderr)
     finally:
         grid.close()
     return SweepOutcome(csv_path, done, len(cells), interrupted)
