@@ -4,7 +4,7 @@ Usage: python benchmarks/training.py [--seq-lens 1024,4096] [--batch-size 2] [--
 Prints a table; the last stdout line is one JSON object.
 """
 
-from aah.train.bench import main
+from aah.bench.training import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -12,7 +12,7 @@ __all__ = ["__version__", "load"]
 def __getattr__(name: str) -> Any:
     # Lazy: `import aah` stays light; torch and the model load only when asked for.
     if name == "load":
-        from aah.eval.load import load
+        from aah.train.load import load
 
         return load
     raise AttributeError(f"module 'aah' has no attribute {name!r}")

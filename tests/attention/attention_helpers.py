@@ -104,7 +104,8 @@ def naive_attention(
     k = k.repeat_interleave(group, dim=1)
     v = v.repeat_interleave(group, dim=1)
     scores = (q @ k.transpose(-1, -2)) * scale
-    scores = scores.masked_fill(~band_mask(windows, q.shape[2], sinks), float("-inf"))
+    allowed = band_mask(windows, q.shape[2], sinks).to(scores.device)
+    scores = scores.masked_fill(~allowed, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
 
 

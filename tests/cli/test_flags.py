@@ -19,10 +19,9 @@ def subparser(*path):
 
 
 def bench_parser(name):
-    from aah.bench import attention, decode, variants
-    from aah.train import bench
+    from aah.bench import attention, decode, training, variants
 
-    return {"training": bench.build_parser, "attention": attention._parser,
+    return {"training": training.build_parser, "attention": attention._parser,
             "decode": decode.build_parser, "variants": variants._parser}[name]()  # fmt: skip
 
 
@@ -79,10 +78,10 @@ def test_train_help_lists_every_config_field(capsys):
 
 
 def test_bench_training_streams_its_rows(monkeypatch, capsys):
-    from aah.train import bench
+    from aah.bench import training
 
     seen = []
-    real = bench.bench_training
+    real = training.bench_training
 
     def spy(*args, on_row=None, **kwargs):
         def check(row):  # the table's header and earlier rows are already printed
@@ -91,7 +90,7 @@ def test_bench_training_streams_its_rows(monkeypatch, capsys):
 
         return real(*args, on_row=check, **kwargs)
 
-    monkeypatch.setattr(bench, "bench_training", spy)
+    monkeypatch.setattr(training, "bench_training", spy)
     assert main(["bench", "training", "--seq-lens", "16", "--steps", "1", "--warmup", "0",
                  "--batch-size", "1", "--threads", "1"]) == 0  # fmt: skip
     assert "training throughput" in seen[0] and len(seen) >= 2

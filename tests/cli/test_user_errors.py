@@ -61,12 +61,12 @@ def test_a_static_plan_that_is_not_json_names_the_file(tmp_path, tiny_corpus, ca
 
 
 def test_disk_full_while_checkpointing(tmp_path, tiny_corpus, capsys, monkeypatch):
-    from aah.train import loop
+    from aah.train import session
 
     def full(path, payload):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(loop, "save_checkpoint", full)
+    monkeypatch.setattr(session, "save_checkpoint", full)
     run = tmp_path / "run"
     assert main(["train", *tiny_args(tiny_corpus, run, steps=2)]) == 2
     one_line_error(capsys, "No space left on device", "checkpoint", "step 2")

@@ -248,6 +248,7 @@ def test_ablation_switches_change_the_controller():
 
     base = settings_for(ControllerConfig(policy="aah-v3-full-adaptive"))
     assert base.parent_constraint and base.joint_scoring and base.feature_ema == 0.9
+    base_plans = run(policy("aah-v3-full-adaptive", interval=1), range(3))
     for kw, field, value in (
         ({"parent_constraint": False}, "parent_constraint", False),
         ({"joint_scoring": False}, "joint_scoring", False),
@@ -256,7 +257,8 @@ def test_ablation_switches_change_the_controller():
     ):
         cfg = ControllerConfig(policy="aah-v3-full-adaptive", **kw)
         assert getattr(settings_for(cfg), field) == value
-        assert len(run(policy("aah-v3-full-adaptive", interval=1, **kw), range(3))) == 3
+        plans = run(policy("aah-v3-full-adaptive", interval=1, **kw), range(3))
+        assert len(plans) == 3 and plans != base_plans, f"{kw} left the plans unchanged"
     shallow = settings_for(ControllerConfig(policy="aah-v3-shallow-freeze", max_depth=4))
     assert shallow.rule.max_depth == 1 and shallow.regime == "shallow-freeze"
 

@@ -51,7 +51,7 @@ def test_peak_rss_is_positive():
 
 
 def test_truncate_after_keeps_first_record_and_cuts_later_ones(tmp_path):
-    from aah.eval import records
+    from aah import records
 
     path = tmp_path / "m.jsonl"
     for step in (0, 0, 5, 10, 15):

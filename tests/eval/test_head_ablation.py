@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from aah.eval.head_ablation import loss_ablation
-from aah.eval.posthoc import bits_per_byte
-from aah.eval.posthoc_plans import budgeted_plan
 from aah.model import GPT, GPTConfig
+from aah.posthoc.analysis import bits_per_byte
+from aah.posthoc.plans import budgeted_plan
 
 T = 16
 CANDIDATES = [1, 4, 8, T]

@@ -8,7 +8,8 @@ import torch
 
 from aah.cli.generate_cmd import add_generate_arguments, run_generate, utf8_pieces
 from aah.model import GPT, GPTConfig
-from aah.model.generate import decode_step, prefill, stream
+from aah.model.generate import generate, stream
+from aah.model.sampling import GREEDY, Sampling
 
 
 def tiny(**kw):
@@ -28,6 +29,10 @@ def model_with(plan, **kw):
     return model
 
 
+def gen(model, idx, new, **sampling):
+    return generate(model, idx, new, Sampling(**sampling))
+
+
 def recompute_greedy(model, idx, new):
     """Independent path: the whole prefix through the batched forward at every step."""
     with torch.no_grad():
@@ -44,7 +49,7 @@ MIXED = [[1, 3, 48, 6], [5, 2, 2, 100]]
 def test_cached_greedy_equals_full_recompute(n_kv_head, position):
     model = model_with(MIXED, n_kv_head=n_kv_head, position=position)
     idx = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(1))
-    out = model.generate(idx, 30, temperature=0)  # 30 new tokens > every local window
+    out = gen(model, idx, 30, temperature=0)  # 30 new tokens > every local window
     assert out.shape == (2, 37) and out.dtype == torch.long
     assert torch.equal(out, recompute_greedy(model, idx, 30))
 
@@ -61,18 +66,18 @@ def test_step_logits_match_the_batched_forward(plan):
     model = model_with(plan)
     idx = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(2))
     with torch.inference_mode():
-        logits, cache = prefill(model, idx[:, :4], 40)
-        torch.testing.assert_close(logits, model(idx[:, :4])[:, -1])
+        cache = model.make_cache(1, 40)
+        torch.testing.assert_close(model(idx[:, :4], cache=cache), model(idx[:, :4]))
         for t in range(4, 40):
-            expected = model(idx[:, : t + 1])[:, -1]
-            torch.testing.assert_close(decode_step(model, cache, idx[:, t]), expected)
+            expected = model(idx[:, : t + 1])[:, -1:]
+            torch.testing.assert_close(model(idx[:, t : t + 1], cache=cache), expected)
     assert cache.length == 40
 
 
 def test_full_windows_equal_the_full_plan():
     idx = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(3))
-    wide = model_with([[500] * 4, [49] * 4]).generate(idx, 20, temperature=0)
-    full = model_with([[48] * 4, [48] * 4]).generate(idx, 20, temperature=0)
+    wide = gen(model_with([[500] * 4, [49] * 4]), idx, 20, temperature=0)
+    full = gen(model_with([[48] * 4, [48] * 4]), idx, 20, temperature=0)
     assert torch.equal(wide, full)
 
 
@@ -80,34 +85,35 @@ def test_kv_bytes_after_generation_follow_the_formula():
     model = model_with(MIXED, n_kv_head=2)  # KV capacities: layer 0 [3, 48], layer 1 [5, 100]
     idx = torch.zeros(1, 10, dtype=torch.long)
     with torch.inference_mode():
-        logits, cache = prefill(model, idx, 30)
+        cache = model.make_cache(1, 30)
+        logits = model(idx, cache=cache)[:, -1]
         assert cache.nbytes() == (3 + 10 + 5 + 10) * 8 * 2 * 4
         for _ in range(20):
-            logits = decode_step(model, cache, logits.argmax(-1))
+            logits = model(logits.argmax(-1, keepdim=True), cache=cache)[:, -1]
     assert cache.nbytes() == (3 + 30 + 5 + 30) * 8 * 2 * 4 == cache.reserved_nbytes()
 
 
 def test_sampling_is_reproducible_per_seed():
     model = model_with(MIXED)
     idx = torch.randint(0, 256, (2, 4), generator=torch.Generator().manual_seed(4))
-    a = model.generate(idx, 24, temperature=1.0, seed=7)
-    assert torch.equal(a, model.generate(idx, 24, temperature=1.0, seed=7))
-    assert not torch.equal(a, model.generate(idx, 24, temperature=1.0, seed=8))
-    greedy = model.generate(idx, 24, temperature=0)
-    assert torch.equal(model.generate(idx, 24, top_k=1, seed=9), greedy)
-    assert torch.equal(model.generate(idx, 24, top_p=1e-6, seed=9), greedy)
-    sampled = model.generate(idx, 24, temperature=0.7, top_k=5, top_p=0.9, seed=1)
+    a = gen(model, idx, 24, temperature=1.0, seed=7)
+    assert torch.equal(a, gen(model, idx, 24, temperature=1.0, seed=7))
+    assert not torch.equal(a, gen(model, idx, 24, temperature=1.0, seed=8))
+    greedy = gen(model, idx, 24, temperature=0)
+    assert torch.equal(gen(model, idx, 24, top_k=1, seed=9), greedy)
+    assert torch.equal(gen(model, idx, 24, top_p=1e-6, seed=9), greedy)
+    sampled = gen(model, idx, 24, temperature=0.7, top_k=5, top_p=0.9, seed=1)
     assert sampled.shape == (2, 28) and int(sampled.min()) >= 0 and int(sampled.max()) < 256
 
 
 def test_generate_restores_mode_and_needs_no_grad():
     model = model_with(MIXED).train()
     idx = torch.zeros(1, 3, dtype=torch.long)
-    assert torch.equal(model.generate(idx, 0), idx)
-    out = model.generate(idx, 5, temperature=0)
+    assert torch.equal(generate(model, idx, 0), idx)
+    out = gen(model, idx, 5, temperature=0)
     assert model.training and not out.requires_grad and out.shape == (1, 8)
     tokens = []
-    for token in stream(model, idx, 5, temperature=0):
+    for token in stream(model, idx, 5, GREEDY):
         assert not torch.is_inference_mode_enabled()  # not held across a yield
         tokens.append(token)
     assert torch.equal(torch.stack(tokens, 1), out[:, 3:]) and model.training
@@ -116,27 +122,32 @@ def test_generate_restores_mode_and_needs_no_grad():
 @pytest.mark.parametrize(
     "kwargs, named",
     [
-        (dict(max_new_tokens=-1), "-1"),
         (dict(temperature=-0.5), "-0.5"),
+        (dict(temperature=float("nan")), "nan"),
         (dict(top_k=0), "top_k"),
+        (dict(top_k=True), "top_k"),
         (dict(top_p=0.0), "top_p"),
         (dict(top_p=1.5), "1.5"),
-        (dict(max_new_tokens=42), "48"),  # 7 + 42 > max_seq_len 48
+        (dict(seed=1.5), "seed"),
     ],
 )
-def test_bad_arguments_raise_naming_the_value(kwargs, named):
-    model = model_with(MIXED)
-    args = dict(max_new_tokens=4, temperature=1.0) | kwargs
+def test_bad_sampling_raises_naming_the_value(kwargs, named):
     with pytest.raises(ValueError, match=named):
-        model.generate(torch.zeros(1, 7, dtype=torch.long), **args)
+        Sampling(**kwargs)
+
+
+@pytest.mark.parametrize("new, named", [(-1, "-1"), (42, "48")])  # 7 + 42 > max_seq_len 48
+def test_bad_lengths_raise_naming_the_value(new, named):
+    with pytest.raises(ValueError, match=named):
+        generate(model_with(MIXED), torch.zeros(1, 7, dtype=torch.long), new)
 
 
 def test_prompt_longer_than_max_seq_len_raises():
     model = model_with(MIXED)
     with pytest.raises(ValueError, match="prompt length 49"):
-        model.generate(torch.zeros(1, 49, dtype=torch.long), 1)
+        generate(model, torch.zeros(1, 49, dtype=torch.long), 1)
     with pytest.raises(ValueError, match="LongTensor"):
-        model.generate(torch.zeros(1, 4), 1)
+        generate(model, torch.zeros(1, 4), 1)
 
 
 def test_utf8_pieces_stream_across_multibyte_boundaries():
@@ -192,7 +203,7 @@ def test_cached_greedy_with_sinks_equals_full_recompute(n_kv_head):
     model.set_window_plan(MIXED, sinks=SINKS)
     assert model.sink_plan() == SINKS
     idx = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(5))
-    out = model.generate(idx, 30, temperature=0)
+    out = gen(model, idx, 30, temperature=0)
     assert torch.equal(out, recompute_greedy(model, idx, 30))
 
 
@@ -218,3 +229,26 @@ def test_bad_sinks_are_refused():
     variant = GPT(tiny(position="alibi"))
     with pytest.raises(ValueError, match="plain softmax"):
         variant.set_window_plan(MIXED, sinks=SINKS)
+
+
+def test_forward_with_a_cache_refuses_what_it_cannot_decode():
+    model = model_with(MIXED)
+    idx = torch.zeros(2, 5, dtype=torch.long)
+    with torch.inference_mode():
+        cache = model.make_cache(2, 20)
+        with pytest.raises(ValueError, match="3 rows"):
+            model(torch.zeros(3, 5, dtype=torch.long), cache=cache)
+        model(idx, cache=cache)
+        with pytest.raises(ValueError, match=r"one token per row, got idx \(2, 2\)"):
+            model(idx[:, :2], cache=cache)
+        model.set_window_plan([[4] * 4, [4] * 4])
+        with pytest.raises(ValueError, match="another window plan"):
+            model(idx[:, :1], cache=cache)
+        model.set_window_plan(MIXED)
+        full = model.make_cache(2, 48)
+        model(torch.zeros(2, 48, dtype=torch.long), cache=full)
+        with pytest.raises(ValueError, match="position 48 "):
+            model(idx[:, :1], cache=full)
+    for kw in (dict(position="alibi"), dict(attention="additive")):
+        with pytest.raises(ValueError, match="cached decoding supports"):
+            generate(GPT(tiny(**kw)), idx, 1)

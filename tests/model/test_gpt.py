@@ -32,6 +32,19 @@ def sdpa_masked(q, k, v, windows, *, backend="auto", scale=None):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+def route_attention(monkeypatch, fn):
+    """Make the model's attention call run fn instead; returns the windows of every call, so a
+    test can tell that the model still calls what was patched (else it compares it with itself)."""
+    calls = []
+
+    def spy(q, k, v, windows, **kw):
+        calls.append(tuple(windows))
+        return fn(q, k, v, windows, **kw)
+
+    monkeypatch.setattr(gpt_module, "windowed_attention", spy)
+    return calls
+
+
 def test_shapes_and_capture():
     torch.manual_seed(0)
     model = GPT(tiny(n_kv_head=2))
@@ -52,11 +65,13 @@ def test_full_plan_equals_sdpa_causal(monkeypatch, position, n_kv_head):
     torch.manual_seed(1)
     model = GPT(tiny(position=position, n_kv_head=n_kv_head)).double()
     t = 16
-    model.set_window_plan([[t, 10 * t, t + 1, t] for _ in range(2)])  # every w >= T: full
+    plan = [[t, 10 * t, t + 1, t] for _ in range(2)]  # every w >= T: full
+    model.set_window_plan(plan)
     x = torch.randint(0, 256, (2, t))
     ours = model(x)
-    monkeypatch.setattr(gpt_module, "windowed_attention", sdpa_causal)
+    calls = route_attention(monkeypatch, sdpa_causal)
     theirs = model(x)
+    assert calls == [tuple(row) for row in plan]  # both layers ran the independent path
     torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-10)
 
 
@@ -68,10 +83,12 @@ def test_per_head_windows_follow_the_plan(monkeypatch, n_kv_head):
     model.set_window_plan(plan)
     x = torch.randint(0, 256, (2, 13))
     ours = model(x)
-    monkeypatch.setattr(gpt_module, "windowed_attention", sdpa_masked)
-    torch.testing.assert_close(ours, model(x), rtol=1e-10, atol=1e-10)
+    calls = route_attention(monkeypatch, sdpa_masked)
+    theirs = model(x)
+    assert calls == [tuple(row) for row in plan]  # both layers ran the independent path
+    torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-10)
     model.set_window_plan([[16] * 4, [16] * 4])
-    assert not torch.allclose(ours, model(x))  # the windows matter
+    assert not torch.allclose(theirs, model(x))  # the windows matter
 
 
 def test_gradients_flow_with_gqa():

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from aah import records
 from aah.cli import main
-from aah.eval import records
 from aah.report import stats, suite_plots
 from aah.report.suite import REPORT, build_suite_report, equal_time, load_suite
 from aah.sweep.results import COLUMNS, write_csv

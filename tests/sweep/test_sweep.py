@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from aah.cli import main
 from aah import records
+from aah.cli import main
 from aah.sweep import COLUMNS, SweepConfig, read_csv, run_sweep
 from aah.sweep.results import TASK_COLUMNS
 from aah.sweep.runner import CELL

@@ -54,10 +54,10 @@ def test_write_failing_midway_keeps_previous(tmp_path, monkeypatch):
     def boom(fd):
         raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(ckpt.os, "fsync", boom)
+    monkeypatch.setattr(os, "fsync", boom)
     with pytest.raises(OSError, match="simulated"):
         ckpt.save_checkpoint(path, payload(2.0, size=300_000))
-    monkeypatch.setattr(ckpt.os, "fsync", real_fsync)
+    monkeypatch.setattr(os, "fsync", real_fsync)
     assert ckpt.load_checkpoint(path)["step"] == 1
     assert os.listdir(tmp_path) == ["last.pt"]
 
@@ -66,29 +66,33 @@ KILL_SCRIPT = """
 import sys, torch
 from aah.train.checkpoint import save_checkpoint
 path = sys.argv[1]
+torch.manual_seed(0)
 big = torch.randn(4_000_000)
-print("ready", flush=True)
-i = 2
+i = 1
 while True:
     save_checkpoint(path, {"step": i, "w": big})
+    print("saved", i, flush=True)
     i += 1
 """
+KILL_AFTER = 3  # the child's step the test waits for before it kills mid-write
 
 
 def test_sigkill_during_writes_leaves_a_loadable_checkpoint(tmp_path):
-    path = tmp_path / "last.pt"
-    ckpt.save_checkpoint(path, payload(1.0))
+    path = tmp_path / "last.pt"  # nothing there: only the child writes it
     proc = subprocess.Popen(
         [sys.executable, "-c", KILL_SCRIPT, str(path)], stdout=subprocess.PIPE, text=True
     )
     try:
-        assert proc.stdout.readline().strip() == "ready"
-        time.sleep(0.6)  # several 16 MB writes in flight
+        for step in range(1, KILL_AFTER + 1):
+            assert proc.stdout.readline().split() == ["saved", str(step)]
+        time.sleep(0.3)  # the next 16 MB write is in flight
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     out = ckpt.load_checkpoint(path)
-    assert out["step"] >= 1
+    assert out["step"] >= KILL_AFTER  # written by the child, at or after the known step
+    torch.manual_seed(0)
+    assert torch.equal(out["w"], torch.randn(4_000_000))
 
 
 def test_rng_state_round_trip():

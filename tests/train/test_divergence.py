@@ -6,11 +6,12 @@ import math
 
 import pytest
 import torch
-from aah.train.divergence import TrainingDiverged
 from train_helpers import tiny_config
 
 from aah.train import loop
+from aah.train import step as train_step
 from aah.train.checkpoint import load_checkpoint
+from aah.train.divergence import TrainingDiverged
 from aah.train.schedule import learning_rate
 
 
@@ -27,7 +28,7 @@ def explode_from(monkeypatch, step: int) -> None:
     def rate(s, cfg):
         return 1e30 if s >= step else learning_rate(s, cfg)
 
-    monkeypatch.setattr(loop, "learning_rate", rate)
+    monkeypatch.setattr(train_step, "learning_rate", rate)
 
 
 @pytest.mark.parametrize("interval", ["1", "2"])
@@ -57,7 +58,7 @@ def test_an_exploding_but_finite_loss_also_stops(tmp_path, tiny_corpus, monkeypa
     # Far above a uniform guess's loss (ln 256 nats) the model is no longer learning.
     config = tiny_config(tiny_corpus, **{"train.max_steps": "6", "train.checkpoint_interval": "0"})
     real = torch.nn.functional.cross_entropy
-    monkeypatch.setattr(loop.F, "cross_entropy", lambda *a, **k: real(*a, **k) * 100)
+    monkeypatch.setattr(train_step.F, "cross_entropy", lambda *a, **k: real(*a, **k) * 100)
     with pytest.raises(TrainingDiverged, match="diverged at step 1"):
         loop.train(config, tmp_path / "run", progress=False)
     line = strict_json((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])

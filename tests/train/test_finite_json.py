@@ -3,7 +3,7 @@
 import json
 import math
 
-from aah.eval import records
+from aah import records
 
 
 def refuse(name):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import get_args
 
 import torch
 
@@ -13,6 +14,7 @@ from aah.attention.flash import check_flash, flash_attention_windows, flash_avai
 from aah.attention.flex import check_flex, flex_attention_windows, flex_executed
 from aah.attention.grouped import grouped_attention, grouped_executed
 from aah.attention.reference import reference_attention
+from aah.choices import BackendName
 
 Sinks = tuple[int, ...] | None  # per query head, effective (see api.effective_sinks); None: none
 RunFn = Callable[
@@ -63,6 +65,14 @@ BACKENDS: dict[str, Backend] = {
     "flex": Backend("flex", flex_attention_windows, flex_executed, check_flex),
     "flash": Backend("flash", flash_attention_windows, flex_executed, check_flash, sinks=False),
 }
+
+
+# The names live once, torch-free, in aah.choices (the model config validates against them).
+if tuple(BACKENDS) != get_args(BackendName):
+    raise RuntimeError(
+        f"attention backends {tuple(BACKENDS)} differ from aah.choices.BackendName "
+        f"{get_args(BackendName)}"
+    )
 
 
 def get_backend(name: str) -> Backend:

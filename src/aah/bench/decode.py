@@ -23,7 +23,7 @@ from aah.bench.timing import environment
 from aah.cli import flags
 from aah.model import GPT, GPTConfig
 from aah.model.cache import KVCache
-from aah.model.generate import decode_step, prefill
+from aah.model.sampling import GREEDY, sample
 
 VARIANTS = ("per-head", "full")
 
@@ -73,10 +73,11 @@ class Row:
 def _run_once(model: GPT, idx: torch.Tensor, new: int) -> tuple[float, float, KVCache]:
     """(prefill seconds, decode seconds for `new` tokens, the cache at the end)."""
     start = time.perf_counter()
-    logits, cache = prefill(model, idx, idx.shape[1] + new)
+    cache = model.make_cache(idx.shape[0], idx.shape[1] + new)
+    logits = model(idx, cache=cache)[:, -1]  # (B, V)
     mid = time.perf_counter()
     for _ in range(new):
-        logits = decode_step(model, cache, logits.argmax(dim=-1))
+        logits = model(sample(logits, GREEDY)[:, None], cache=cache)[:, -1]
     return mid - start, time.perf_counter() - mid, cache
 
 

@@ -16,6 +16,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
+from typing import get_args
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +30,7 @@ from aah.bench.timing import (
     peak_rss_bytes,
     reset_peak_rss,
 )
+from aah.choices import ConnectivityVariant
 from aah.cli import flags
 
 
@@ -76,7 +78,7 @@ def estimate_gb(case: Case, seq_len: int, n_head: int, head_dim: int) -> float:
     square = n_head * seq_len * seq_len * 4  # one fp32 (H, T, T) tensor
     if case.variant == "additive":
         return (4 * square + n_head * 128 * seq_len * max(1, head_dim // 2) * 4 * 3) / 1e9
-    if case.variant in ("block-sparse", "global-tokens") or case.position != "rope":
+    if case.variant in get_args(ConnectivityVariant) or case.position != "rope":
         return 4 * square / 1e9
     return 0.1
 

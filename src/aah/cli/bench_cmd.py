@@ -8,9 +8,10 @@ import sys
 
 #: benchmark name -> module with `main(argv) -> int` (imported only when run).
 BENCHMARKS = {
-    "training": "aah.train.bench",
+    "training": "aah.bench.training",
     "attention": "aah.bench.attention",
     "decode": "aah.bench.decode",
+    "hf-decode": "aah.bench.hf_decode",
     "variants": "aah.bench.variants",
 }
 

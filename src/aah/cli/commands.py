@@ -54,7 +54,7 @@ def _run_report(args: argparse.Namespace) -> int:
     files) gets REPORT.md over its suites. Print the report's path."""
     from pathlib import Path
 
-    from aah.eval import records
+    from aah import records
     from aah.report import build_report
     from aah.report.suite import build_suite_report, is_results_dir
 
@@ -96,7 +96,7 @@ COMMANDS: dict[str, tuple[str, AddArgs, Run]] = {
         posthoc_cmd.run,
     ),
     "bench": (
-        "Benchmarks: training, attention, decode, variants (aah bench NAME --help).",
+        "Benchmarks: training, attention, decode, hf-decode, variants (aah bench NAME --help).",
         bench_cmd.add_arguments,
         bench_cmd.run,
     ),

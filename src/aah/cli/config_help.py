@@ -10,7 +10,10 @@ from typing import Any
 
 
 def type_name(tp: Any) -> str:
-    """`int`, `float | None`, `list[int]`: a field type as written in the dataclass."""
+    """`int`, `float | None`, `list[int]`: a field type as written in the dataclass; a choice
+    (a `Literal`) is `choice`, its names listed after the default."""
+    if typing.get_origin(tp) is typing.Literal:
+        return "choice"
     if isinstance(tp, type) and not typing.get_args(tp):
         return tp.__name__
     return str(tp).replace("typing.", "")
@@ -37,6 +40,9 @@ def fields_text() -> str:
     for section, cls in SECTIONS.items():
         types = field_types(cls)
         for field in dataclasses.fields(cls):
-            name = f"--{section}.{field.name}"
-            lines.append(f"  {name:<34} {type_name(types[field.name]):<18} {default_text(field)}")
+            name, tp = f"--{section}.{field.name}", types[field.name]
+            line = f"  {name:<34} {type_name(tp):<18} {default_text(field)}"
+            if typing.get_origin(tp) is typing.Literal:
+                line += f"  ({', '.join(typing.get_args(tp))})"
+            lines.append(line)
     return "\n".join(lines) + "\n"

@@ -63,12 +63,12 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     if extra:
         raise ValueError(f"unrecognized arguments: {' '.join(extra)}")
     check_arguments(args)
-    from aah.eval import records
+    from aah import records
     from aah.eval.context_use import cut_window_curve, parse_cuts
     from aah.eval.evaluate import peak_rss_mb, plan_diagnostics
-    from aah.eval.load import load_run
     from aah.eval.windowmap import window_map
     from aah.train.distributed import resolve_device
+    from aah.train.load import load_run
 
     cuts = parse_cuts(args.cut_windows) if args.cut_windows else None
     device = resolve_device(args.device, what="--device")

@@ -47,26 +47,20 @@ def run_generate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     import torch
 
     from aah.data import ByteTokenizer
-    from aah.eval.load import load
     from aah.model.generate import stream
+    from aah.model.sampling import Sampling
     from aah.train.distributed import resolve_device
+    from aah.train.load import load
 
     out = sys.stdout if out is None else out
+    sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
     ids = ByteTokenizer().encode(args.prompt)
     if ids.size == 0:
         raise ValueError("--prompt must hold at least one byte, got ''")
     device = resolve_device(args.device, what="--device")
     model = load(args.run_dir, map_location=device)
     idx = torch.tensor(ids, dtype=torch.long, device=device)[None]  # (1, T)
-    tokens = stream(
-        model,
-        idx,
-        args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-    )
+    tokens = stream(model, idx, args.max_new_tokens, sampling)
     out.write(args.prompt)
     out.flush()
     for piece in utf8_pieces(bytes([int(token[0])]) for token in tokens):

@@ -41,8 +41,7 @@ def check_plan_arguments(args: argparse.Namespace) -> None:
     check_model(args.model)
     read_utf8(args.text, "--text file")
     if args.action == "search":
-        if not 0.0 < args.budget <= 1.0:
-            raise ValueError(f"--budget must be in (0, 1], got {args.budget}")
+        check_budget_flags(args.budget, args.budget_kv_mb, args.sinks)
         check_output(args.out, "--out")
         if args.heatmap:
             check_output(args.heatmap, "--heatmap")
@@ -50,3 +49,17 @@ def check_plan_arguments(args: argparse.Namespace) -> None:
             read_utf8(args.heldout, "--heldout file")
     else:
         read_utf8(args.plan, "--plan file")
+
+
+def check_budget_flags(budget: float | None, kv_mb: float | None, sinks: int) -> None:
+    """One budget at most (--budget in (0, 1] or --budget-kv-mb > 0) and --sinks >= 0."""
+    if budget is not None and kv_mb is not None:
+        raise ValueError(
+            f"give --budget ({budget}) or --budget-kv-mb ({kv_mb}), not both: one cap per search"
+        )
+    if budget is not None and not 0.0 < budget <= 1.0:
+        raise ValueError(f"--budget must be in (0, 1], got {budget}")
+    if kv_mb is not None and not (kv_mb > 0 and kv_mb * 2**20 >= 1 and kv_mb != float("inf")):
+        raise ValueError(f"--budget-kv-mb must be a finite number of MB > 0, got {kv_mb}")
+    if sinks < 0:
+        raise ValueError(f"--sinks must be >= 0, got {sinks}")

@@ -1,8 +1,10 @@
 """`aah plan`: window plans as plain data.
 
 - `export RUN_DIR`: the plan in force in a run, as JSON (aah.controller.plan_to_json);
-- `search MODEL_DIR`: a per-head plan for a Hugging Face model under a coverage budget;
-- `apply MODEL_DIR --plan FILE`: perplexity of a Hugging Face model with and without a plan.
+- `search MODEL_DIR`: a plan for a Hugging Face model, one window per KV head, under a
+  coverage or KV-byte budget, with optional attention sinks;
+- `apply MODEL_DIR --plan FILE`: perplexity of a Hugging Face model with and without a plan
+  (and its sinks), with the plan's coverage and KV bytes.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     export = actions.add_parser("export", help="print the plan in force in a run as JSON")
     export.add_argument("run_dir", metavar="RUN_DIR", help="a run directory")
     search = actions.add_parser(
-        "search", help="search a per-head plan for a Hugging Face model (needs aah-attention[hf])"
+        "search",
+        help="search a per-KV-head plan for a Hugging Face model (needs aah-attention[hf])",
     )
     hf_cli.add_plan_search_arguments(search)
     apply = actions.add_parser(
@@ -30,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def plan_in_force(run_dir: Path) -> tuple[list[list[int]], dict[str, object]]:
     """The last checkpoint's plan, else the last plans.jsonl record (a run still starting)."""
-    from aah.eval import records
+    from aah import records
 
     if (run_dir / records.CHECKPOINT).exists():
         from aah.train.checkpoint import load_checkpoint

@@ -1,5 +1,5 @@
 """`aah posthoc RUN [RUN ...]`: per-head plans imposed on trained full-attention runs at
-matched causal coverage, scored against full attention (aah.eval.posthoc)."""
+matched causal coverage, scored against full attention (aah.posthoc.analysis)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ and on a generated task recall accuracy overall and in the farthest distance buc
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from aah.eval.posthoc_plans import POLICIES
+    from aah.posthoc.plans import POLICIES
 
     p.add_argument("runs", metavar="RUN", nargs="+", help="trained run directories")
     p.add_argument(
@@ -54,9 +54,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         raise ValueError(f"unrecognized arguments: {' '.join(extra)}")
     import torch
 
-    from aah.eval import records
-    from aah.eval.posthoc import PosthocConfig, run_posthoc
-    from aah.eval.posthoc_report import markdown, plot, summarize
+    from aah import records
+    from aah.posthoc.analysis import PosthocConfig, run_posthoc
+    from aah.posthoc.report import markdown, plot, summarize
 
     if args.threads:
         torch.set_num_threads(args.threads)

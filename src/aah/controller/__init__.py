@@ -4,13 +4,14 @@ The controller never imports the model or the training loop: it takes detached (
 tensors per layer and returns plain `Plan`s (`windows[layer][head]`).
 """
 
-from aah.controller.base import Policy
 from aah.controller.config import POLICIES, ControllerConfig
 from aah.controller.plan import Plan, load_plan, plan_to_json
 from aah.controller.policies import make_policy
+from aah.controller.protocol import QKV, Policy
 
 __all__ = [
     "POLICIES",
+    "QKV",
     "ControllerConfig",
     "Plan",
     "Policy",

@@ -21,11 +21,12 @@ import time
 import torch
 
 from aah.controller.aahv3 import LayerController, LayerInputs, Settings
-from aah.controller.base import QKV, Policy
+from aah.controller.base import BasePolicy
 from aah.controller.config import ControllerConfig
 from aah.controller.head_stats import attention_stats, sample_rows
 from aah.controller.hierarchy import GroupingRule
 from aah.controller.plan import Plan
+from aah.controller.protocol import QKV
 from aah.controller.scorer import Scorer
 
 ADAPTIVE_POLICIES: dict[str, str] = {
@@ -62,12 +63,11 @@ def settings_for(cfg: ControllerConfig) -> Settings:
     )
 
 
-class AdaptivePolicy(Policy):
+class AdaptivePolicy(BasePolicy):
     """One of `ADAPTIVE_POLICIES`; see the module docstring."""
 
     def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
-        super().__init__(cfg, **dims)
-        self.name = cfg.policy
+        super().__init__(cfg.policy, cfg, **dims)
         gen = torch.Generator().manual_seed(cfg.seed)
         settings = settings_for(cfg)
         self._layers = [

@@ -1,14 +1,15 @@
-"""The `Policy` protocol every window policy implements, and what they share.
+"""`BasePolicy`: what the policies share (the plan in force, its record, the state every
+policy checkpoints, the update schedule and the mass-beyond-window measurement).
 
-A policy owns the plan in force (`windows[layer][head]`, plain ints) and replaces it in
-`update` from detached per-layer (q, k, v). Everything it needs to continue bit for bit is in
-`state_dict` (plain data and tensors).
+Subclasses pass their name and starting plan to `__init__`, then add their own state, and
+override `wants_update` / `wants_activations` / `update` plus the `_state` / `_load` hooks.
+The contract itself is `aah.controller.protocol.Policy`.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -16,12 +17,11 @@ from aah.controller.config import ControllerConfig
 from aah.controller.decide import is_update_step
 from aah.controller.mass import mass_beyond
 from aah.controller.plan import Plan, full_plan
+from aah.controller.protocol import QKV
 
-QKV = Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
-
-class Policy:
-    """Base class: a static plan; subclasses override `wants_update` and `update`.
+class BasePolicy:
+    """A static plan (`plan`, or full attention when None) that never updates.
 
     Attributes:
         name: the policy name as in `POLICIES`.
@@ -29,10 +29,9 @@ class Policy:
         last_update_seconds: wall time of the last `update` (0.0 before any).
     """
 
-    name: str = "policy"
-
     def __init__(
         self,
+        name: str,
         cfg: ControllerConfig,
         *,
         n_layer: int,
@@ -41,6 +40,7 @@ class Policy:
         seq_len: int,
         plan: Plan | None = None,
     ) -> None:
+        self.name = name
         self.cfg = cfg
         self.n_layer, self.n_head = n_layer, n_head
         self.n_kv_head, self.seq_len = n_kv_head, seq_len
@@ -48,13 +48,13 @@ class Policy:
         self.last_update_seconds = 0.0
         self._initial = plan if plan is not None else full_plan(n_layer, n_head, seq_len)
         self._plan: Plan = [list(row) for row in self._initial]
-        self._groups: list | None = None
-        self._decisions: list | None = None
-        self._extra: dict = {}
+        self._groups: list[Any] | None = None
+        self._decisions: list[Any] | None = None
+        self._extra: dict[str, Any] = {}
         # Seed of the sampled query rows; kept in the state so a loaded policy samples alike.
         self._sample_seed = cfg.seed
 
-    # -- the protocol -------------------------------------------------------------------
+    # -- the protocol (aah.controller.protocol.Policy) ------------------------------------
     def initial_plan(self) -> Plan:
         """The plan in force at step 0 (full attention for regimes with a warm-up)."""
         return [list(row) for row in self._initial]
@@ -75,7 +75,7 @@ class Policy:
     def current_plan(self) -> Plan:
         return [list(row) for row in self._plan]
 
-    def record(self, step: int) -> dict:
+    def record(self, step: int) -> dict[str, Any]:
         """One plans.jsonl object for the plan now in force."""
         groups = self._groups
         if groups is None:  # non-hierarchical: one level, one head per group
@@ -89,7 +89,7 @@ class Policy:
             **copy.deepcopy(self._extra),
         }
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         state = {
             "plan": self._plan,
             "groups": self._groups,
@@ -101,7 +101,7 @@ class Policy:
         state.update(self._state())
         return copy.deepcopy(state)
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         state = copy.deepcopy(state)
         self._plan = [[int(w) for w in row] for row in state["plan"]]
         self._groups, self._decisions = state["groups"], state["decisions"]
@@ -111,10 +111,10 @@ class Policy:
         self._load(state)
 
     # -- hooks and helpers for subclasses ------------------------------------------------
-    def _state(self) -> dict:
+    def _state(self) -> dict[str, Any]:
         return {}
 
-    def _load(self, state: dict) -> None:
+    def _load(self, state: dict[str, Any]) -> None:
         return None
 
     def _on_schedule(self, step: int) -> bool:

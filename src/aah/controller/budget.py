@@ -24,10 +24,11 @@ import torch
 
 from aah.attention import coverage
 from aah.attention.cost import causal_pairs, window_pairs
-from aah.controller.base import QKV, Policy
+from aah.controller.base import BasePolicy
 from aah.controller.config import ControllerConfig
 from aah.controller.ema import FeatureEMA
 from aah.controller.plan import Plan
+from aah.controller.protocol import QKV
 
 
 @dataclass(frozen=True)
@@ -85,13 +86,11 @@ def allocate_budget(
     )
 
 
-class BudgetPolicy(Policy):
+class BudgetPolicy(BasePolicy):
     """Full attention until the first update, then `allocate_budget` on EMA'd mass-beyond-window."""
 
-    name = "budget"
-
-    def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
-        super().__init__(cfg, **dims)
+    def __init__(self, cfg: ControllerConfig, name: str = "budget", **dims: int) -> None:
+        super().__init__(name, cfg, **dims)
         self._ema = [FeatureEMA(cfg.feature_ema, cfg.use_feature_ema) for _ in range(self.n_layer)]
 
     def wants_update(self, step: int) -> bool:
@@ -138,10 +137,8 @@ SHUFFLE_STREAM = 104_729
 class ShuffledBudgetPolicy(BudgetPolicy):
     """budget-shuffled: see the module docstring."""
 
-    name = "budget-shuffled"
-
     def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
-        super().__init__(cfg, **dims)
+        super().__init__(cfg, "budget-shuffled", **dims)
         self._gen = torch.Generator().manual_seed(cfg.seed + SHUFFLE_STREAM)
 
     def update(self, step: int, qkv: QKV | None) -> Plan:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
-from aah.controller.head_stats import USAGES
+from aah.validate import check_bool, check_choice, check_int, is_int, is_real
 
-POLICIES: tuple[str, ...] = (
+#: every window policy (policies.py builds each one).
+PolicyName = Literal[
     "full",
     "fixed",
     "static",
@@ -20,7 +21,11 @@ POLICIES: tuple[str, ...] = (
     "aah-v3-grouping-off",
     "budget",
     "budget-shuffled",
-)
+]
+POLICIES: tuple[str, ...] = get_args(PolicyName)
+#: how a head's context use is measured (aah.controller.head_stats).
+Usage = Literal["last-key", "look-back"]
+USAGES: tuple[str, ...] = get_args(Usage)
 
 
 @dataclass
@@ -37,7 +42,7 @@ class ControllerConfig:
     context used). `sample_queries` is the row sample of the budget policies' mass feature.
     """
 
-    policy: str = "full"
+    policy: PolicyName = "full"
     windows: list[int] | None = None
     interval: int = 5
     warmup_steps: int = 100
@@ -60,58 +65,53 @@ class ControllerConfig:
     use_feature_ema: bool = True
     grouping_seed: int | None = None
     feature_rows: int = 0
-    usage: str = "last-key"
+    usage: Usage = "last-key"
     windowed_from_start: bool = False
 
     def validate(self, seq_len: int | None = None) -> None:
         """Raise ValueError naming the first bad field and its value."""
-        if self.policy not in POLICIES:
-            raise ValueError(
-                f"controller.policy: unknown policy {self.policy!r}; choose one of "
-                + ", ".join(POLICIES)
-            )
+        check_choice("controller.policy", self.policy, PolicyName)
         if self.windows is not None:
             if isinstance(self.windows, (str, bytes)) or not hasattr(self.windows, "__iter__"):
                 raise ValueError(f"controller.windows must be a list of ints, got {self.windows!r}")
             if len(self.windows) == 0:
                 raise ValueError("controller.windows must not be empty, got []")
             for w in self.windows:
-                if not _is_int(w) or w < 1:
+                if not is_int(w) or w < 1:
                     raise ValueError(
                         f"controller.windows: every window must be an int >= 1, got {w!r}"
                     )
-        _check_int("interval", self.interval, 1)
-        _check_int("warmup_steps", self.warmup_steps, 0)
-        _check_int("seed", self.seed, None)
-        _check_int("min_group_size", self.min_group_size, 1)
-        _check_int("max_depth", self.max_depth, 1)
-        _check_int("sample_queries", self.sample_queries, 1)
-        _check_int("feature_rows", self.feature_rows, 0)
+        for name, minimum in (
+            ("interval", 1),
+            ("warmup_steps", 0),
+            ("seed", None),
+            ("min_group_size", 1),
+            ("max_depth", 1),
+            ("sample_queries", 1),
+            ("feature_rows", 0),
+        ):
+            check_int(f"controller.{name}", getattr(self, name), minimum)
         if self.grouping_seed is not None:
-            _check_int("grouping_seed", self.grouping_seed, None)
-        if self.usage not in USAGES:
-            raise ValueError(
-                f"controller.usage: unknown definition {self.usage!r}; choose one of "
-                + ", ".join(USAGES)
-            )
+            check_int("controller.grouping_seed", self.grouping_seed)
+        check_choice("controller.usage", self.usage, Usage)
         if self.fixed_window is not None:
-            _check_int("fixed_window", self.fixed_window, 1)
+            check_int("controller.fixed_window", self.fixed_window, 1)
         for name in ("feature_ema", "window_ema"):
             value = getattr(self, name)
-            if not _is_real(value) or not 0.0 <= value < 1.0:
+            if not is_real(value) or not 0.0 <= value < 1.0:
                 raise ValueError(f"controller.{name} must be in [0, 1), got {value!r}")
-        if not _is_real(self.budget) or not 0.0 < self.budget <= 1.0:
+        if not is_real(self.budget) or not 0.0 < self.budget <= 1.0:
             raise ValueError(f"controller.budget must be in (0, 1], got {self.budget!r}")
         for name in ("group_threshold", "upper_threshold"):  # cosine similarities
             value = getattr(self, name)
-            if not _is_real(value) or not -1.0 <= value <= 1.0:
+            if not is_real(value) or not -1.0 <= value <= 1.0:
                 raise ValueError(
                     f"controller.{name} is a cosine similarity and must be in [-1, 1], "
                     f"got {value!r}"
                 )
         for name in ("stickiness", "norm_penalty"):
             value = getattr(self, name)
-            if not _is_real(value) or value < 0:
+            if not is_real(value) or value < 0:
                 raise ValueError(f"controller.{name} must be a finite number >= 0, got {value!r}")
         for name in (
             "random_resample",
@@ -120,9 +120,7 @@ class ControllerConfig:
             "use_feature_ema",
             "windowed_from_start",
         ):
-            value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise ValueError(f"controller.{name} must be true or false, got {value!r}")
+            check_bool(f"controller.{name}", getattr(self, name))
         if self.policy == "static" and not self.static_plan:
             raise ValueError(
                 f"controller.static_plan must name a plan JSON for policy 'static', "
@@ -130,8 +128,8 @@ class ControllerConfig:
             )
         if self.static_plan is not None and not isinstance(self.static_plan, str):
             raise ValueError(f"controller.static_plan must be a path, got {self.static_plan!r}")
-        if seq_len is not None and (not _is_int(seq_len) or seq_len < 1):
-            raise ValueError(f"seq_len must be an int >= 1, got {seq_len!r}")
+        if seq_len is not None:
+            check_int("seq_len", seq_len, 1)
 
     def resolved_windows(self, seq_len: int) -> list[int]:
         """Candidate windows, ascending and without repeats (index order = width order)."""
@@ -141,21 +139,3 @@ class ControllerConfig:
 
     def resolved_fixed_window(self, seq_len: int) -> int:
         return int(self.fixed_window) if self.fixed_window is not None else max(1, seq_len // 4)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_real(value: object) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
-
-
-def _check_int(name: str, value: object, minimum: int | None) -> None:
-    if not _is_int(value) or (minimum is not None and value < minimum):  # type: ignore[operator]
-        bound = "" if minimum is None else f" >= {minimum}"
-        raise ValueError(f"controller.{name} must be an int{bound}, got {value!r}")

@@ -33,6 +33,8 @@ import torch.nn.functional as F
 from aah.attention.band_layout import forward_with_lse
 from aah.attention.sdpa_lse import attention_with_lse
 from aah.controller.clustering import Groups
+from aah.controller.config import Usage
+from aah.validate import check_choice
 
 BASE_FEATURES: tuple[str, ...] = (
     "q_abs",
@@ -46,7 +48,6 @@ BASE_FEATURES: tuple[str, ...] = (
     "usage",
 )
 N_BASE = len(BASE_FEATURES)
-USAGES = ("last-key", "look-back")
 #: Query rows per block of the exact pass.
 ROW_BLOCK = 256
 #: Inside the log of the entropy, as the method writes it: -sum p log(p + 1e-9).
@@ -117,7 +118,7 @@ def attention_stats(
     windows: Sequence[int],
     *,
     rows: torch.Tensor | None = None,
-    usage: str = "last-key",
+    usage: Usage = "last-key",
     scale: float | None = None,
 ) -> torch.Tensor:
     """(Hq, 3) float32: entropy / log T, output norm, usage (module docstring).
@@ -125,8 +126,7 @@ def attention_stats(
     `windows` is the window in force per query head (w >= T: full causal). `rows`, sorted
     distinct positions, turns the exact pass over every row into an estimate from those rows.
     """
-    if usage not in USAGES:
-        raise ValueError(f"usage must be one of {USAGES}, got {usage!r}")
+    check_choice("usage", usage, Usage)
     batch, n_q, seq_len, dim = q.shape
     if len(windows) != n_q:
         raise ValueError(f"expected one window per query head ({n_q}), got {len(windows)}")

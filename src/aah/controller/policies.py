@@ -7,19 +7,22 @@ budgeted allocation and its matched-coverage control (budget-shuffled) in budget
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from aah.controller.adaptive import ADAPTIVE_POLICIES, AdaptivePolicy
-from aah.controller.base import QKV, Policy
+from aah.controller.base import BasePolicy
 from aah.controller.budget import BudgetPolicy, ShuffledBudgetPolicy
 from aah.controller.config import ControllerConfig
 from aah.controller.plan import Plan, check_plan, load_plan
+from aah.controller.protocol import QKV, Policy
 
 # Keeps the random-window stream apart from other seeded draws of the same seed.
 RANDOM_STREAM = 1_000_003
 
 
-class StaticPolicy(Policy):
+class StaticPolicy(BasePolicy):
     """A fixed plan: `full` (every head T), `fixed` (every head one window), `static` (a file).
 
     Like every windowed policy, the plan takes over after `warmup_steps` of full attention
@@ -28,10 +31,9 @@ class StaticPolicy(Policy):
     """
 
     def __init__(self, name: str, cfg: ControllerConfig, plan: Plan, **dims: int) -> None:
-        self._target = [list(row) for row in plan]
         from_start = cfg.windowed_from_start or cfg.warmup_steps == 0
-        super().__init__(cfg, plan=plan if from_start else None, **dims)
-        self.name = name
+        super().__init__(name, cfg, plan=plan if from_start else None, **dims)
+        self._target = [list(row) for row in plan]
 
     def wants_update(self, step: int) -> bool:
         return step == self.cfg.warmup_steps and self._plan != self._target
@@ -43,10 +45,10 @@ class StaticPolicy(Policy):
         self._plan = [list(row) for row in self._target]
         return self.current_plan()
 
-    def _state(self) -> dict:
+    def _state(self) -> dict[str, Any]:
         return {"target": self._target}
 
-    def _load(self, state: dict) -> None:
+    def _load(self, state: dict[str, Any]) -> None:
         self._target = state["target"]
 
 
@@ -58,14 +60,14 @@ class RandomPolicy(StaticPolicy):
     """
 
     def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
-        self._gen = torch.Generator().manual_seed(cfg.seed + RANDOM_STREAM)
+        gen = torch.Generator().manual_seed(cfg.seed + RANDOM_STREAM)
         windows = cfg.resolved_windows(dims["seq_len"])
-        idx = torch.randint(len(windows), (dims["n_layer"], dims["n_head"]), generator=self._gen)
-        super().__init__("random", cfg, [[windows[i] for i in row] for row in idx.tolist()], **dims)
+        first = draw_plan(gen, windows, dims["n_layer"], dims["n_head"])
+        super().__init__("random", cfg, first, **dims)
+        self._gen = gen  # the same generator keeps drawing: resampled plans continue its stream
 
     def _draw(self) -> Plan:
-        idx = torch.randint(len(self.windows), (self.n_layer, self.n_head), generator=self._gen)
-        return [[self.windows[i] for i in row] for row in idx.tolist()]
+        return draw_plan(self._gen, self.windows, self.n_layer, self.n_head)
 
     def wants_update(self, step: int) -> bool:
         if self.cfg.random_resample:
@@ -77,12 +79,18 @@ class RandomPolicy(StaticPolicy):
             self._target = self._draw()
         return super().update(step, qkv)
 
-    def _state(self) -> dict:
+    def _state(self) -> dict[str, Any]:
         return {**super()._state(), "rng": self._gen.get_state()}
 
-    def _load(self, state: dict) -> None:
+    def _load(self, state: dict[str, Any]) -> None:
         super()._load(state)
         self._gen.set_state(state["rng"])
+
+
+def draw_plan(gen: torch.Generator, windows: list[int], n_layer: int, n_head: int) -> Plan:
+    """Each head's window drawn uniformly from `windows` (one `randint` call on `gen`)."""
+    idx = torch.randint(len(windows), (n_layer, n_head), generator=gen)
+    return [[windows[i] for i in row] for row in idx.tolist()]
 
 
 def make_policy(

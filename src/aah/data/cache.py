@@ -2,10 +2,10 @@
 
 The key hashes the exact corpus content (every document's name and bytes, in order) plus the
 split settings, so an edited file can never be served stale tokens; file sizes and mtimes are
-not trusted. Each file is written to a temp file in the same folder, fsynced and moved into
-place with `os.replace`; `meta.json` goes last and is the commit marker. An entry counts only
-if its meta matches the key and both `.bin` sizes match the meta, so a crash mid-write makes
-the next load rebuild instead of reading half a cache. Concurrent writers (several ranks)
+not trusted. Each file is written atomically (`aah.atomic`: temp file, fsync, `os.replace`);
+`meta.json` goes last and is the commit marker. An entry counts only if its meta matches the
+key and both `.bin` sizes match the meta, so a crash mid-write makes the next load rebuild
+instead of reading half a cache. Concurrent writers (several ranks)
 race harmlessly: they write identical bytes.
 """
 
@@ -15,13 +15,13 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from aah.atomic import write_bytes_atomic
 from aah.data.config import DataConfig
 from aah.data.corpora import Document
 
@@ -83,20 +83,8 @@ def store_entry(entry: Path, key: str, train: np.ndarray, val: np.ndarray, meta:
         "n_train_tokens": int(train.size),
         "n_val_tokens": int(val.size),
     }
-    _atomic_write(entry / "train.bin", np.ascontiguousarray(train, dtype=np.uint8).data)
-    _atomic_write(entry / "val.bin", np.ascontiguousarray(val, dtype=np.uint8).data)
-    _atomic_write(entry / "meta.json", json.dumps(full_meta, indent=2, sort_keys=True).encode())
-
-
-def _atomic_write(path: Path, data: bytes | memoryview) -> None:
-    """Write to a hidden temp file beside `path`, fsync, then `os.replace` onto `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(entry / "train.bin", np.ascontiguousarray(train, dtype=np.uint8).data)
+    write_bytes_atomic(entry / "val.bin", np.ascontiguousarray(val, dtype=np.uint8).data)
+    write_bytes_atomic(
+        entry / "meta.json", json.dumps(full_meta, indent=2, sort_keys=True).encode()
+    )

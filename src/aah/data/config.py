@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import Literal, get_args
 
+from aah.validate import check_choice, check_int, is_int, is_real
+
+#: how synthetic:recall writes a value (see `DataConfig.recall_format`).
+RecallFormat = Literal["fused", "pair"]
+RECALL_FORMATS: tuple[str, ...] = get_args(RecallFormat)
 #: Corpora known by name; anything else must be `hf:<dataset>[:<config>]`.
-RECALL_FORMATS = ("fused", "pair")
 NAMED_CORPORA = ("python-stdlib", "shakespeare", "synthetic:recall", "synthetic:passkey")
 
 
@@ -48,7 +52,7 @@ class DataConfig:
     recall_keys: int = 16
     recall_values: int = 8
     recall_buckets: list[int] = field(default_factory=list)
-    recall_format: str = "fused"
+    recall_format: RecallFormat = "fused"
 
     def validate(self) -> None:
         """Raise `ValueError` naming the field if any value is out of its domain."""
@@ -59,25 +63,15 @@ class DataConfig:
         elif not isinstance(self.path, str) or not self.path.strip():
             raise ValueError(f"data.path must be a non-empty string or None, got {self.path!r}")
         vf = self.val_fraction
-        if isinstance(vf, bool) or not isinstance(vf, (int, float)):
-            raise ValueError(f"data.val_fraction must be a number, got {vf!r}")
-        if not math.isfinite(vf) or not 0.0 < vf < 1.0:
-            raise ValueError(f"data.val_fraction must be in (0, 1), got {vf!r}")
-        mb = self.max_bytes
-        if mb is not None and (isinstance(mb, bool) or not isinstance(mb, int) or mb < 2):
-            raise ValueError(f"data.max_bytes must be an int >= 2 or None, got {mb!r}")
-        rw = self.recall_words
-        if isinstance(rw, bool) or not isinstance(rw, int) or not 0 <= rw <= 64:
-            raise ValueError(f"data.recall_words must be an int in [0, 64], got {rw!r}")
-        for name, high in (("recall_keys", 26), ("recall_values", 10)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not 2 <= v <= high:
-                raise ValueError(f"data.{name} must be an int in [2, {high}], got {v!r}")
+        if not is_real(vf) or not 0.0 < vf < 1.0:
+            raise ValueError(f"data.val_fraction must be a finite number in (0, 1), got {vf!r}")
+        if self.max_bytes is not None:
+            check_int("data.max_bytes (or none)", self.max_bytes, 2)
+        check_int("data.recall_words", self.recall_words, 0, 64)
+        check_int("data.recall_keys", self.recall_keys, 2, 26)
+        check_int("data.recall_values", self.recall_values, 2, 10)
         _check_edges(self.recall_buckets)
-        if self.recall_format not in RECALL_FORMATS:
-            raise ValueError(
-                f"data.recall_format must be one of {RECALL_FORMATS}, got {self.recall_format!r}"
-            )
+        check_choice("data.recall_format", self.recall_format, RecallFormat)
         if self.recall_format == "fused" and self.recall_keys * self.recall_values > 128:
             raise ValueError(
                 "data.recall_keys x data.recall_values must be <= 128 for data.recall_format "
@@ -88,9 +82,7 @@ class DataConfig:
 
 
 def _check_edges(edges: object) -> None:
-    ok = isinstance(edges, (list, tuple)) and all(
-        isinstance(e, int) and not isinstance(e, bool) for e in edges
-    )
+    ok = isinstance(edges, (list, tuple)) and all(is_int(e) for e in edges)
     if ok and edges:
         ok = len(edges) >= 2 and edges[0] >= 2 and all(a < b for a, b in pairwise(edges))
     if not ok:

@@ -90,19 +90,19 @@ def encode_split(plan: SplitPlan) -> tuple[np.ndarray, np.ndarray]:
 def _synthetic_splits(cfg: DataConfig, seq_len: int | None) -> TokenSplits:
     """Train and validation streams of a generated task from two fixed seeds: validation is
     the same bytes for every run and seed of one config and sequence length."""
-    from aah.data import synthetic
+    from aah.data import synthetic, tasks
 
     kind = cfg.corpus.split(":", 1)[1]
     if seq_len is None:
         raise ValueError(f"data.corpus {cfg.corpus} needs the model's sequence length")
     n_train = cfg.max_bytes or synthetic.TRAIN_BYTES
-    train = synthetic.generate(kind, cfg, n_train, seq_len, synthetic.TASK_SEED + 1)
-    val = synthetic.generate(kind, cfg, synthetic.VAL_BYTES, seq_len, synthetic.TASK_SEED + 2)
+    train = tasks.generate(kind, cfg, n_train, seq_len, synthetic.TASK_SEED + 1)
+    val = tasks.generate(kind, cfg, synthetic.VAL_BYTES, seq_len, synthetic.TASK_SEED + 2)
     return TokenSplits(
         train=train.tokens,
         val=val.tokens,
         name=cfg.corpus,
-        content_hash=synthetic.content_key(kind, cfg, n_train, seq_len),
+        content_hash=tasks.content_key(kind, cfg, n_train, seq_len),
         n_files_train=1,
         n_files_val=1,
         train_answer_distance=train.answer_distance,

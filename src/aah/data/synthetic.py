@@ -21,8 +21,6 @@ from itertools import pairwise
 
 import numpy as np
 
-from aah.data.config import DataConfig
-
 #: Fixes the lexicon (the same for every split and seed) and the two split seeds.
 TASK_SEED = 20_261_201
 LETTERS = b"abcdefghijklmnop"
@@ -97,28 +95,3 @@ def lexicon() -> list[bytes]:
 
 def background(draws: Draws, words: list[bytes], n_words: int) -> bytes:
     return b"".join(words[draws.below(len(words))] for _ in range(n_words))
-
-
-def generate(kind: str, cfg: DataConfig, n_tokens: int, seq_len: int, seed: int) -> TaskStream:
-    """The stream of task `kind` ("recall" or "passkey") with the task fields of `cfg`."""
-    from aah.data.passkey import generate_passkey
-    from aah.data.recall import generate_recall
-
-    edges = list(cfg.recall_buckets) or None
-    if kind == "recall":
-        return generate_recall(
-            n_tokens, seq_len, seed, words=cfg.recall_words, n_keys=cfg.recall_keys,
-            n_values=cfg.recall_values, edges=edges, fused=cfg.recall_format == "fused",
-        )  # fmt: skip
-    if kind == "passkey":
-        return generate_passkey(n_tokens, seq_len, seed, n_values=cfg.recall_values, edges=edges)
-    raise ValueError(f"data.corpus: unknown synthetic task {kind!r}")
-
-
-def content_key(kind: str, cfg: DataConfig, n_train: int, seq_len: int) -> str:
-    """A name for the generated content: every field that changes the bytes."""
-    edges = "-".join(map(str, cfg.recall_buckets)) or "pow2"
-    return (
-        f"synthetic-{kind}-T{seq_len}-n{n_train}-w{cfg.recall_words}-k{cfg.recall_keys}"
-        f"-v{cfg.recall_values}-b{edges}-{cfg.recall_format}"
-    )

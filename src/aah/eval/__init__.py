@@ -1,4 +1,4 @@
-"""Evaluation and run records: losses, bits per byte, cost diagnostics, window maps."""
+"""Evaluation: losses, bits per byte, cost diagnostics, window maps."""
 
 from aah.eval.evaluate import evaluate_loss, peak_rss_mb, plan_diagnostics
 from aah.eval.windowmap import window_map

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -36,29 +34,16 @@ from aah.integrations.hf_attention import (
     Probe,
     aah_attention_forward,
 )
+from aah.integrations.hf_layout import (  # noqa: F401  (FAMILIES: re-exported)
+    FAMILIES,
+    Layout,
+    layout,
+    require_transformers,
+)
 
 IMPLEMENTATION = "aah"
-# model_type -> attribute path from the base model to the decoder layers, and the layer's attention.
-FAMILIES: dict[str, tuple[str, str]] = {
-    "gpt2": ("h", "attn"),
-    "llama": ("layers", "self_attn"),
-    "mistral": ("layers", "self_attn"),
-    "qwen2": ("layers", "self_attn"),
-    "qwen3": ("layers", "self_attn"),
-}
 # Where `apply` remembers the implementation to go back to.
 PREVIOUS_ATTR = "_aah_previous_attn_implementation"
-
-
-def require_transformers() -> ModuleType:
-    """The transformers module, or ImportError saying how to install it."""
-    try:
-        import transformers
-    except ImportError as err:
-        raise ImportError(
-            "the Hugging Face integration needs transformers: pip install 'aah-attention[hf]'"
-        ) from err
-    return transformers
 
 
 def register() -> None:
@@ -78,38 +63,6 @@ def register() -> None:
     # The sdpa builder gives None when there is no padding (the common case, nothing to check)
     # and a boolean mask otherwise, which the function accepts only if it is plain causal.
     AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What `apply` needs to know about a model: family, sizes and attention modules in order."""
-
-    family: str
-    n_layer: int
-    n_head: int
-    n_kv_head: int
-    modules: tuple[torch.nn.Module, ...]
-
-
-def layout(model: torch.nn.Module) -> Layout:
-    """The model's layout; ValueError naming the class if its family is not supported."""
-    config = getattr(model, "config", None)
-    family = getattr(config, "model_type", None)
-    if family not in FAMILIES:
-        names = ", ".join(sorted(FAMILIES))
-        raise ValueError(
-            f"{type(model).__name__} (model_type {family!r}) is not supported by the aah "
-            f"integration; supported model types: {names}"
-        )
-    if getattr(config, "add_cross_attention", False):
-        raise ValueError(f"{type(model).__name__} has cross-attention layers: not supported")
-    layers_attr, attn_attr = FAMILIES[family]
-    base = getattr(model, "base_model", model)
-    layers = getattr(base, layers_attr)
-    modules = tuple(getattr(layer, attn_attr) for layer in layers)
-    n_head = int(config.num_attention_heads)
-    n_kv = int(getattr(config, "num_key_value_heads", None) or n_head)
-    return Layout(family, len(modules), n_head, n_kv, modules)
 
 
 def plan_windows(plan: Any) -> Plan:

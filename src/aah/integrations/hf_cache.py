@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from aah.integrations.hf import layout, require_transformers
 from aah.integrations.hf_attention import CACHE_MARK, SINKS_ATTR, WINDOWS_ATTR
+from aah.integrations.hf_layout import layout, require_transformers, sliding_windows
 from aah.model.cache import KVCache
 
 require_transformers()
@@ -139,14 +139,13 @@ class PerHeadCache(Cache):
             raise ValueError(f"max_cache_len must be an int >= 1, got {max_cache_len!r}")
         self.max_cache_len = limit
         self.windows, self.sinks = [], []
-        for module in lay.modules:
+        for module, cap in zip(lay.modules, sliding_windows(model), strict=True):
             if not hasattr(module, WINDOWS_ATTR):
                 raise ValueError(
                     f"{type(module).__name__} has no aah plan: call "
                     "aah.integrations.hf.apply(model, plan) before building a PerHeadCache"
                 )
             planned = getattr(module, WINDOWS_ATTR)
-            cap = getattr(module, "sliding_window", getattr(config, "sliding_window", None))
             row = [limit] * lay.n_head if planned is None else [int(w) for w in planned]
             self.windows.append([min(w, int(cap)) if cap else w for w in row])
             sinks = getattr(module, SINKS_ATTR, None)

@@ -1,8 +1,14 @@
 """Command logic for `aah plan search` and `aah plan apply` on Hugging Face models.
 
     aah plan search MODEL_DIR_OR_NAME --budget 0.3 --text calib.txt --out plan.json \
-        [--heatmap plan.png] [--heldout heldout.txt]
+        [--sinks 4] [--heatmap plan.png] [--heldout heldout.txt]
+    aah plan search MODEL_DIR_OR_NAME --budget-kv-mb 64 --sinks 4 --text calib.txt --out plan.json
     aah plan apply MODEL_DIR --plan plan.json --text heldout.txt
+
+The search gives one window per KV head (its query heads share it: a KV head's memory follows
+its widest query head) under a causal-coverage cap (`--budget`, default 0.3) or a cap on the
+KV bytes the per-head cache holds per sequence at the calibration length (`--budget-kv-mb`,
+MB = 2**20 bytes); `--sinks N` gives every head N attention sinks, measured and costed.
 
 Models load with `AutoModelForCausalLM.from_pretrained`: a local directory works offline; a hub
 name needs network access (and is cached by huggingface_hub as usual). The tokenizer is loaded
@@ -41,7 +47,18 @@ def _common(p: argparse.ArgumentParser, model_help: str) -> None:
 def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `aah plan search`."""
     _common(parser, f"model to search a plan for: {HUB_NOTE}")
-    parser.add_argument("--budget", type=float, default=0.3, help="causal coverage cap in (0, 1]")
+    parser.add_argument(
+        "--budget", type=float, help="causal coverage cap in (0, 1], sinks included (default 0.3)"
+    )
+    parser.add_argument(
+        "--budget-kv-mb",
+        type=float,
+        metavar="MB",
+        help="instead, a cap on KV cache MB (2**20 bytes) per sequence at the calibration length",
+    )
+    parser.add_argument(
+        "--sinks", type=int, default=0, metavar="N", help="attention sinks per head (default 0)"
+    )
     parser.add_argument("--out", required=True, metavar="FILE", help="plan JSON to write")
     parser.add_argument("--heatmap", metavar="PNG", help="also write a layer x head heatmap")
     parser.add_argument("--seq-len", type=int, help="calibration length T (default 512)")
@@ -52,7 +69,10 @@ def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampled query rows")
     parser.add_argument("--heldout", metavar="FILE", help="also sweep budgets: held-out perplexity")
     parser.add_argument(
-        "--sweep-budgets", type=_floats, default=[0.2, 0.4, 0.6, 0.8], help="budgets for --heldout"
+        "--sweep-budgets",
+        type=_floats,
+        default=[0.2, 0.4, 0.6, 0.8],
+        help="coverage budgets for --heldout",
     )
 
 
@@ -96,6 +116,17 @@ def _read(path: str) -> str:
     return file.read_text(encoding="utf-8")
 
 
+DEFAULT_BUDGET = 0.3
+MB = 2**20
+
+
+def budgets(args: argparse.Namespace) -> tuple[float | None, int | None]:
+    """(coverage budget, KV byte budget) from --budget / --budget-kv-mb, one of them None."""
+    if args.budget_kv_mb is not None:
+        return None, int(args.budget_kv_mb * MB)
+    return (DEFAULT_BUDGET if args.budget is None else args.budget), None
+
+
 def run_plan_search(args: argparse.Namespace) -> int:
     """Search a plan, write it (and a heatmap); with --heldout also print a budget sweep."""
     from aah.integrations.hf_report import budget_sweep, save_heatmap, sweep_json, sweep_table
@@ -111,19 +142,30 @@ def run_plan_search(args: argparse.Namespace) -> int:
         "sample_queries": args.sample_queries,
         "seed": args.seed,
         "tokenizer": tokenizer,
+        "sinks": args.sinks,
     }
-    plan = search_plan(model, text, args.budget, **options)
+    budget, kv_budget = budgets(args)
+    plan = search_plan(model, text, budget, kv_budget=kv_budget, **options)
     plan.save(args.out)
+    cap = f"{plan.budget / MB:.3f} KV MB" if kv_budget is not None else f"coverage {plan.budget}"
     print(
-        f"plan for {plan.model}: budget {plan.budget}, causal coverage {plan.coverage:.4f} at "
-        f"T={plan.seq_len}, expected lost mass {plan.lost_mass:.4f} -> {args.out}"
+        f"plan for {plan.model} (one window per KV head, {args.sinks} sinks): budget {cap}, "
+        f"causal coverage {plan.coverage:.4f} and KV {(plan.kv_bytes or 0) / MB:.3f} MB per "
+        f"sequence at T={plan.seq_len}, expected lost mass {plan.lost_mass:.4f} -> {args.out}"
     )
     for layer, row in enumerate(plan.windows):
         print(f"  layer {layer:3d}: {' '.join(str(w) for w in row)}")
     if args.heatmap:
         save_heatmap(plan, args.heatmap, title=f"{plan.model}, budget {plan.budget}")
         print(f"heatmap -> {args.heatmap}")
-    summary: dict[str, Any] = {"out": args.out, "budget": plan.budget, "coverage": plan.coverage}
+    summary: dict[str, Any] = {
+        "out": args.out,
+        "budget": plan.budget,
+        "budget_unit": plan.budget_unit,
+        "coverage": plan.coverage,
+        "kv_bytes": plan.kv_bytes,
+        "sinks": args.sinks,
+    }
     if args.heldout:
         rows = budget_sweep(model, text, _read(args.heldout), args.sweep_budgets, **options)
         print(sweep_table(rows))
@@ -133,9 +175,11 @@ def run_plan_search(args: argparse.Namespace) -> int:
 
 
 def run_plan_apply(args: argparse.Namespace) -> int:
-    """Print held-out perplexity of the model without and with the plan."""
+    """Print held-out perplexity of the model without and with the plan (and its sinks), with
+    the plan's causal coverage and per-head cache KV bytes at the block length."""
     from aah.attention import coverage
     from aah.integrations.hf import applied
+    from aah.integrations.hf_allocate import full_kv_bytes, kv_shape, plan_kv_bytes
     from aah.integrations.hf_plan import SearchedPlan
     from aah.integrations.hf_report import perplexity
     from aah.integrations.hf_search import calibration_batches
@@ -157,9 +201,16 @@ def run_plan_apply(args: argparse.Namespace) -> int:
     base = perplexity(model, batches)
     with applied(model, plan, backend=args.backend):
         planned = perplexity(model, batches)
-    cov = coverage(plan.windows, t).causal
+    cov = coverage(plan.windows, t, plan.sinks or 0).causal
+    shape = kv_shape(model)
+    kv, full = (
+        plan_kv_bytes(plan.windows, plan.sinks, shape, t),
+        full_kv_bytes(shape, len(plan.windows), t),
+    )
     print(f"perplexity without plan: {base:.4f}")
     print(f"perplexity with plan:    {planned:.4f} ({100 * (planned / base - 1):+.3f}%)")
     print(f"causal coverage at T={t}: {cov:.4f}")
-    print(json.dumps({"ppl_full": base, "ppl_plan": planned, "coverage": cov, "seq_len": t}))
+    print(f"KV cache per sequence at T={t}: {kv / MB:.3f} MB ({kv / full:.3f} of the full cache)")
+    result = {"ppl_full": base, "ppl_plan": planned, "coverage": cov, "seq_len": t}
+    print(json.dumps({**result, "kv_bytes": kv, "kv_bytes_full": full}))
     return 0

@@ -1,14 +1,18 @@
 """A searched window plan and its JSON file format.
 
     {"windows": [[...], ...], "budget": 0.3, "coverage": 0.298, "candidates": [64, ...],
-     "model": "LlamaForCausalLM", "seq_len": 512, "lost_mass": 0.012}
+     "model": "LlamaForCausalLM", "seq_len": 512, "lost_mass": 0.012,
+     "sinks": [[4, ...], ...], "budget_unit": "coverage", "kv_bytes": 1048576}
 
 `windows[layer][query_head]`; `coverage` is the plan's causal coverage at `seq_len` (the
-calibration length; at other lengths the same windows cover a different share); `lost_mass` is
-the expected attention mass beyond the windows, averaged over heads; `sinks[layer][query_head]`
-(optional, absent: none) are the attention sinks `hf.apply` gives the plan. JSON floats are written
-with Python's shortest round-trip repr, so `from_json(p.to_json()) == p` exactly. The file is
-also readable by `aah.controller.plan.load_plan` (it has a "windows" key).
+calibration length; at other lengths the same windows cover a different share), sinks
+included; `lost_mass` is the expected attention mass beyond the windows and sinks, averaged over
+query heads. Optional fields (absent in older files): `sinks[layer][query_head]`, the attention
+sinks `hf.apply` gives the plan (absent: none); `budget_unit`, what `budget` caps: "coverage"
+(the default) or "kv_bytes"; `kv_bytes`, the bytes `PerHeadCache` holds per sequence after
+`seq_len` positions (`hf_allocate.plan_kv_bytes`). JSON floats are written with Python's
+shortest round-trip repr, so `from_json(p.to_json()) == p` exactly. The file is also readable
+by `aah.controller.plan.load_plan` (it has a "windows" key).
 """
 
 from __future__ import annotations
@@ -20,8 +24,12 @@ from pathlib import Path
 
 from aah.controller.plan import Plan, check_plan
 
-FIELDS = ("windows", "budget", "coverage", "candidates", "model", "seq_len", "lost_mass", "sinks")
-OPTIONAL = ("lost_mass", "sinks")
+FIELDS = (
+    "windows", "budget", "coverage", "candidates", "model", "seq_len", "lost_mass", "sinks",
+    "budget_unit", "kv_bytes",
+)  # fmt: skip
+OPTIONAL = ("lost_mass", "sinks", "budget_unit", "kv_bytes")
+BUDGET_UNITS = ("coverage", "kv_bytes")
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,8 @@ class SearchedPlan:
     seq_len: int
     lost_mass: float | None = None
     sinks: Plan | None = None
+    budget_unit: str = "coverage"
+    kv_bytes: int | None = None
 
     def __post_init__(self) -> None:
         check_plan(self.windows)
@@ -61,6 +71,16 @@ class SearchedPlan:
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
         if not isinstance(self.seq_len, int) or self.seq_len < 1:
             raise ValueError(f"seq_len must be an int >= 1, got {self.seq_len!r}")
+        if self.budget_unit not in BUDGET_UNITS:
+            raise ValueError(
+                f"budget_unit must be one of {', '.join(BUDGET_UNITS)}, got {self.budget_unit!r}"
+            )
+        if self.kv_bytes is not None and (
+            isinstance(self.kv_bytes, bool)
+            or not isinstance(self.kv_bytes, int)
+            or self.kv_bytes < 0
+        ):
+            raise ValueError(f"kv_bytes must be an int >= 0, got {self.kv_bytes!r}")
 
     def to_json(self) -> str:
         """The file format, one JSON object."""
@@ -87,6 +107,8 @@ class SearchedPlan:
             seq_len=data["seq_len"],
             lost_mass=data.get("lost_mass"),
             sinks=data.get("sinks"),
+            budget_unit=data.get("budget_unit", "coverage"),
+            kv_bytes=data.get("kv_bytes"),
         )
 
     def save(self, path: str | Path) -> None:

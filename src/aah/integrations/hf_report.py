@@ -19,6 +19,7 @@ import torch
 
 from aah.attention import coverage
 from aah.integrations.hf import applied, plan_windows
+from aah.integrations.hf_allocate import kv_shape
 from aah.integrations.hf_data import TextLike
 from aah.integrations.hf_search import (
     calibration_batches,
@@ -63,11 +64,12 @@ class SweepRow:
     budget: float
     coverage: float  # causal coverage at the calibration length
     acr: float
-    lost_mass: float  # expected attention mass beyond the windows (calibration)
+    lost_mass: float  # expected attention mass beyond the windows and sinks (calibration)
     ppl: float
     ppl_full: float
     delta_pct: float  # 100 * (ppl / ppl_full - 1)
     windows: list[list[int]]
+    kv_bytes: int | None = None  # PerHeadCache bytes per sequence at the calibration length
 
 
 def budget_sweep(
@@ -83,30 +85,38 @@ def budget_sweep(
     sample_queries: int = 64,
     seed: int = 0,
     tokenizer: Any | None = None,
+    sinks: int = 0,
 ) -> list[SweepRow]:
-    """One row per budget (module docstring); the model is left as it was."""
+    """One row per coverage budget (module docstring), every plan with `sinks` sinks per head
+    and one window per KV head; the model is left as it was."""
     kw = {"batch_size": batch_size, "max_batches": max_batches, "tokenizer": tokenizer}
     calib_batches = calibration_batches(model, calib, seq_len=seq_len, **kw)
     t = calib_batches[0].shape[1]
     held = calibration_batches(model, heldout, seq_len=t, **kw)
     cands = check_candidates(candidates) if candidates is not None else default_candidates(t)
-    mass = measure_mass(model, calib_batches, cands, sample_queries=sample_queries, seed=seed)
+    mass = measure_mass(
+        model, calib_batches, cands, sample_queries=sample_queries, seed=seed, sinks=sinks
+    )
+    shape = kv_shape(model)
     ppl_full = perplexity(model, held)
     rows = []
     for budget in budgets:
-        plan = plan_from_mass(mass, cands, t, budget, type(model).__name__)
+        plan = plan_from_mass(
+            mass, cands, t, budget, type(model).__name__, shape=shape, sinks=sinks
+        )
         with applied(model, plan):
             ppl = perplexity(model, held)
         rows.append(
             SweepRow(
                 budget=float(budget),
                 coverage=plan.coverage,
-                acr=coverage(plan.windows, t).acr,
+                acr=coverage(plan.windows, t, plan.sinks or 0).acr,
                 lost_mass=float(plan.lost_mass or 0.0),
                 ppl=ppl,
                 ppl_full=ppl_full,
                 delta_pct=100.0 * (ppl / ppl_full - 1.0),
                 windows=plan.windows,
+                kv_bytes=plan.kv_bytes,
             )
         )
     return rows

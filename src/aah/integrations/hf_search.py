@@ -1,15 +1,19 @@
-"""Post-hoc window plan search for a Hugging Face model under a causal-coverage budget.
+"""Post-hoc window plan search for a Hugging Face model under a coverage or KV-byte budget.
 
 1. Run calibration batches through the model with "aah" attention at full causal windows and a
    probe in every layer (`hf.probing`): the probe gets each layer's post-RoPE q, k, v and the
-   layer's score scale, and measures with `mass_beyond` the share of each
-   query head's attention that falls beyond each candidate window (exact rows of sampled
-   queries, no T x T matrix). Shares are averaged over batches: mass (n_layer, Hq, n_windows).
-2. `allocate_budget` picks one candidate per head over ALL layers' heads, minimising the mass
-   lost beyond the windows with the plan's causal coverage at the calibration length <= budget.
+   layer's score scale, and measures the share of each query head's attention that a candidate
+   window with `sinks` attention sinks would lose (keys outside the window that are not sinks:
+   `controller.mass.mass_beyond` without sinks, `hf_mass.mass_beyond_given_sinks` with them;
+   exact rows of sampled queries, no T x T matrix). Shares are averaged over batches: mass
+   (n_layer, Hq, n_windows).
+2. `hf_allocate.allocate_kv_heads` picks one candidate per KV head (the unit of KV memory; its
+   query heads share it) over ALL layers, minimising the mass lost with the plan's causal
+   coverage (sinks included) or its KV bytes at the calibration length within the budget.
 
 Layers with a sliding window of their own (Mistral, Qwen sliding layers) are measured and
-costed as if full causal; at run time they see min(plan window, sliding window).
+costed in coverage as if full causal (at run time they see min(plan window, sliding window));
+their KV bytes count the capped window, as `PerHeadCache` stores it.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ from typing import Any
 import torch
 
 from aah.attention import coverage
-from aah.controller.budget import allocate_budget
 from aah.controller.mass import mass_beyond
 from aah.integrations.hf import layout, probing
+from aah.integrations.hf_allocate import KVShape, allocate_kv_heads, kv_shape, plan_kv_bytes
 from aah.integrations.hf_data import TextLike, token_batches
+from aah.integrations.hf_mass import mass_beyond_given_sinks
 from aah.integrations.hf_plan import SearchedPlan
 
 DEFAULT_SEQ_LEN = 512
@@ -50,9 +55,13 @@ def measure_mass(
     *,
     sample_queries: int = 64,
     seed: int = 0,
+    sinks: int = 0,
 ) -> torch.Tensor:
-    """(n_layer, Hq, n_windows) float64: mean attention mass beyond each candidate window."""
+    """(n_layer, Hq, n_windows) float64: mean attention mass beyond each candidate window and
+    outside the first `sinks` keys."""
     cands = check_candidates(candidates)
+    if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
+        raise ValueError(f"sinks must be an int >= 0, got {sinks!r}")
     if not batches:
         raise ValueError("no calibration batches")
     lay = layout(model)
@@ -64,15 +73,12 @@ def measure_mass(
     def probe(
         module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
     ) -> None:
-        mass = mass_beyond(
-            q.detach(),
-            k.detach(),
-            v.detach(),
-            cands,
-            sample_queries=sample_queries,
-            seed=seed + batch_no[0],  # a fresh sample of query positions per batch
-            scale=scale,
-        )
+        # A fresh sample of query positions per batch.
+        opts = {"sample_queries": sample_queries, "seed": seed + batch_no[0], "scale": scale}
+        if sinks:
+            mass = mass_beyond_given_sinks(q.detach(), k.detach(), cands, sinks, **opts)
+        else:
+            mass = mass_beyond(q.detach(), k.detach(), v.detach(), cands, **opts)
         layer = index[id(module)]
         total[layer] += mass.double()
         calls[layer] += 1
@@ -92,40 +98,74 @@ def measure_mass(
     return total / len(batches)
 
 
+def check_budget(budget: float | None, kv_budget: int | None) -> None:
+    """ValueError unless exactly one is given: coverage in (0, 1], or bytes >= 1."""
+    if (budget is None) == (kv_budget is None):
+        raise ValueError("give exactly one of budget (coverage) and kv_budget (KV bytes)")
+    if budget is not None and (not math.isfinite(budget) or not 0 < budget <= 1):
+        raise ValueError(f"budget must be in (0, 1], got {budget}")
+    if kv_budget is not None and (
+        isinstance(kv_budget, bool) or int(kv_budget) != kv_budget or kv_budget < 1
+    ):
+        raise ValueError(f"kv_budget must be an int of bytes >= 1, got {kv_budget}")
+
+
 def plan_from_mass(
     mass: torch.Tensor,
     candidates: Sequence[int],
     seq_len: int,
-    budget: float,
+    budget: float | None,
     model_name: str,
+    *,
+    shape: KVShape | None = None,
+    sinks: int = 0,
+    kv_budget: int | None = None,
 ) -> SearchedPlan:
-    """One candidate per head with causal coverage at `seq_len` <= budget (module docstring).
+    """One candidate per KV head (module docstring), within `budget` (causal coverage at
+    `seq_len`, in (0, 1]) or `kv_budget` (bytes per sequence after `seq_len` positions): give
+    exactly one. `shape` is the model's (`hf_allocate.kv_shape`); without it every query head
+    is its own KV head and KV bytes are not counted. `mass` must be measured with the same
+    `sinks`.
 
-    Raises ValueError if the budget is not in (0, 1] or is below the all-smallest plan's cost.
+    Raises ValueError if the budget is out of range or below the all-smallest plan's cost.
     """
-    if not math.isfinite(budget) or not 0 < budget <= 1:
-        raise ValueError(f"budget must be in (0, 1], got {budget}")
     cands = check_candidates(candidates)
     n_layer, n_head, n_w = mass.shape
     if n_w != len(cands):
         raise ValueError(f"mass has {n_w} windows per head, {len(cands)} candidates given")
-    alloc = allocate_budget(mass.reshape(-1, n_w).double().numpy(), cands, seq_len, budget)
-    if alloc.exceeded:
-        floor = coverage([cands[0]], seq_len).causal
+    check_budget(budget, kv_budget)
+    if kv_budget is not None and shape is None:
+        raise ValueError("a kv_budget needs the model's shape (hf_allocate.kv_shape)")
+    if shape is None:
+        shape = KVShape(n_head, 0, (None,) * n_layer)
+    alloc = allocate_kv_heads(
+        mass, cands, seq_len, shape, sinks=sinks, budget=budget, kv_budget=kv_budget
+    )
+    sink_rows = [[sinks] * n_head for _ in range(n_layer)] if sinks else None
+    if alloc is None:
+        smallest = [[cands[0]] * n_head for _ in range(n_layer)]
+        if budget is not None:
+            floor = f"coverage {coverage(smallest, seq_len, sink_rows or 0).causal:.4f}"
+        else:
+            floor = f"{plan_kv_bytes(smallest, sink_rows, shape, seq_len)} KV bytes"
         raise ValueError(
-            f"budget {budget} is below the smallest candidate's coverage {floor:.4f} at "
-            f"T={seq_len}; add a smaller candidate window"
+            f"budget {budget if budget is not None else kv_budget} is below the smallest "
+            f"candidate's {floor} at T={seq_len}; add a smaller candidate window or fewer sinks"
         )
-    flat = [cands[i] for i in alloc.indices]
-    windows = [flat[layer * n_head : (layer + 1) * n_head] for layer in range(n_layer)]
+    kv_bytes = (
+        plan_kv_bytes(alloc.windows, sink_rows, shape, seq_len) if shape.position_bytes else None
+    )
     return SearchedPlan(
-        windows=windows,
-        budget=float(budget),
-        coverage=coverage(windows, seq_len).causal,
+        windows=alloc.windows,
+        budget=float(budget if budget is not None else kv_budget),  # type: ignore[arg-type]
+        coverage=coverage(alloc.windows, seq_len, sink_rows or 0).causal,
         candidates=cands,
         model=model_name,
         seq_len=int(seq_len),
         lost_mass=alloc.lost_mass,
+        sinks=sink_rows,
+        budget_unit="coverage" if budget is not None else "kv_bytes",
+        kv_bytes=kv_bytes,
     )
 
 
@@ -158,8 +198,10 @@ def calibration_batches(
 def search_plan(
     model: torch.nn.Module,
     calib: TextLike,
-    budget: float,
+    budget: float | None = None,
     *,
+    kv_budget: int | None = None,
+    sinks: int = 0,
     seq_len: int | None = None,
     candidates: Sequence[int] | None = None,
     batch_size: int = 1,
@@ -168,16 +210,19 @@ def search_plan(
     seed: int = 0,
     tokenizer: Any | None = None,
 ) -> SearchedPlan:
-    """Measure mass on `calib`, then allocate windows under `budget` (module docstring).
+    """Measure mass on `calib`, then allocate windows per KV head (module docstring).
 
     Args:
         model: a supported transformers causal LM; left as it was on return.
         calib: calibration text or token ids (see `hf_data`).
-        budget: the plan's causal coverage cap, in (0, 1].
+        budget: the plan's causal coverage cap (sinks included), in (0, 1]; or
+        kv_budget: the cap on KV bytes per sequence after T positions (one of the two).
+        sinks: attention sinks of every head, measured and costed (default 0: none).
         seq_len: calibration length T (default 512, capped by the model and the data).
         candidates: ascending windows (default `default_candidates(T)`).
         sample_queries: exact attention rows per head and batch.
     """
+    check_budget(budget, kv_budget)
     batches = calibration_batches(
         model,
         calib,
@@ -188,5 +233,10 @@ def search_plan(
     )
     t = batches[0].shape[1]
     cands = check_candidates(candidates) if candidates is not None else default_candidates(t)
-    mass = measure_mass(model, batches, cands, sample_queries=sample_queries, seed=seed)
-    return plan_from_mass(mass, cands, t, budget, type(model).__name__)
+    mass = measure_mass(
+        model, batches, cands, sample_queries=sample_queries, seed=seed, sinks=sinks
+    )
+    return plan_from_mass(
+        mass, cands, t, budget, type(model).__name__,
+        shape=kv_shape(model), sinks=sinks, kv_budget=kv_budget,
+    )  # fmt: skip

@@ -22,6 +22,7 @@ its sinks are its own first S real tokens, and pad slots are never read.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +44,8 @@ class KVCache:
     """Per-layer, per-KV-head ring buffers for one batch of sequences, sized by the plan.
 
     Use: `prefill(layer, k, v)` for every layer with the prompt's keys/values, `advance(T)`;
-    then per new token `attend(layer, q, k, v)` for every layer, `advance(1)`.
+    then per new token `attend(layer, q, k, v)` for every layer, `advance(1)`. `GPT.forward`
+    does this when given the cache: each attention receives its own `layer(i)` view.
     """
 
     def __init__(
@@ -126,6 +128,12 @@ class KVCache:
                 )
             )
         return buckets
+
+    def layer(self, index: int) -> LayerCache:
+        """The view of layer `index` that this layer's attention reads and writes."""
+        if not 0 <= index < len(self.layers):
+            raise ValueError(f"layer {index} is not in [0, {len(self.layers)})")
+        return LayerCache(self, index)
 
     def nbytes(self) -> int:
         """Bytes of the keys and values held: B * sum over layers and KV heads of
@@ -236,3 +244,26 @@ class KVCache:
             return ring_k, ring_v, mask
         keys = torch.cat([b.k[:, :, :n_sink], ring_k], dim=2)
         return keys, torch.cat([b.v[:, :, :n_sink], ring_v], dim=2), mask
+
+
+@dataclass(frozen=True)
+class LayerCache:
+    """One layer's share of a `KVCache`: positions seen so far, the prompt's store, one step."""
+
+    store: KVCache
+    index: int
+
+    @property
+    def length(self) -> int:
+        """Positions seen (and so the position of the next token)."""
+        return self.store.length
+
+    def prefill(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store the prompt's k, v (B, Hkv, T, D); see `KVCache.prefill`."""
+        self.store.prefill(self.index, k, v)
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    ) -> torch.Tensor:
+        """Store one step's k, v (B, Hkv, 1, D), attend q (B, Hq, 1, D): (B, Hq, 1, D)."""
+        return self.store.attend(self.index, q, k, v, scale)

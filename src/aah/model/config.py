@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import get_args
 
-POSITIONS = ("rope", "learned", "none", "alibi", "relative")
-# Kept equal to aah.attention.variants.VARIANTS (not imported: configs stay torch-free).
-ATTENTIONS = (
-    "softmax", "additive", "bilinear", "block-sparse", "global-tokens",
-    "low-rank", "kernel", "kernel-favor",
-)  # fmt: skip
-SCORE_BIAS_POSITIONS = ("alibi", "relative")
-NO_SCORE_ATTENTIONS = ("low-rank", "kernel", "kernel-favor")
-NORMS = ("layernorm", "rmsnorm")
-# Kept equal to "auto" + aah.attention.registry.BACKENDS (not imported: configs stay torch-free).
-BACKENDS = ("auto", "reference", "dense", "banded", "grouped", "flex", "flash")
+from aah.choices import (
+    ApproximationVariant,
+    Attention,
+    BackendChoice,
+    Norm,
+    Position,
+    ScoreBiasPosition,
+)
+from aah.validate import check_choice, check_int
+
+#: the names of each choice, read from its type (aah.choices holds the one list).
+POSITIONS: tuple[str, ...] = get_args(Position)
+ATTENTIONS: tuple[str, ...] = get_args(Attention)
+SCORE_BIAS_POSITIONS: tuple[str, ...] = get_args(ScoreBiasPosition)
+NO_SCORE_ATTENTIONS: tuple[str, ...] = get_args(ApproximationVariant)
+NORMS: tuple[str, ...] = get_args(Norm)
+BACKENDS: tuple[str, ...] = get_args(BackendChoice)
 
 
 @dataclass
@@ -38,12 +45,12 @@ class GPTConfig:
     d_model: int = 256
     d_ff: int = 0  # 0 means 4 * d_model
     max_seq_len: int = 1024
-    position: str = "rope"
+    position: Position = "rope"
     rope_base: float = 10000.0
-    attention: str = "softmax"
-    norm: str = "layernorm"
+    attention: Attention = "softmax"
+    norm: Norm = "layernorm"
     dropout: float = 0.0
-    backend: str = "auto"
+    backend: BackendChoice = "auto"
 
     @property
     def head_dim(self) -> int:
@@ -56,11 +63,8 @@ class GPTConfig:
     def validate(self) -> GPTConfig:
         """Raise ValueError naming the first bad field; return self for chaining."""
         for name in ("vocab_size", "n_layer", "n_head", "n_kv_head", "d_model", "max_seq_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"model.{name} must be a positive int, got {value!r}")
-        if isinstance(self.d_ff, bool) or not isinstance(self.d_ff, int) or self.d_ff < 0:
-            raise ValueError(f"model.d_ff must be an int >= 0 (0 = 4 * d_model), got {self.d_ff!r}")
+            check_int(f"model.{name}", getattr(self, name), 1)
+        check_int("model.d_ff (0 = 4 * d_model)", self.d_ff, 0)
         if self.d_model % self.n_head:
             raise ValueError(
                 f"model.d_model ({self.d_model}) must be divisible by model.n_head ({self.n_head})"
@@ -69,23 +73,19 @@ class GPTConfig:
             raise ValueError(
                 f"model.n_kv_head ({self.n_kv_head}) must divide model.n_head ({self.n_head})"
             )
-        if self.position not in POSITIONS:
-            raise ValueError(f"model.position must be one of {POSITIONS}, got {self.position!r}")
+        check_choice("model.position", self.position, Position)
         if self.position == "rope" and self.head_dim % 2:
             raise ValueError(f"model.position 'rope' needs an even head dim, got {self.head_dim}")
         if not (isinstance(self.rope_base, (int, float)) and 1.0 < self.rope_base < math.inf):
             raise ValueError(f"model.rope_base must be a finite number > 1, got {self.rope_base!r}")
-        if self.attention not in ATTENTIONS:
-            raise ValueError(f"model.attention must be one of {ATTENTIONS}, got {self.attention!r}")
+        check_choice("model.attention", self.attention, Attention)
         if self.position in SCORE_BIAS_POSITIONS and self.attention in NO_SCORE_ATTENTIONS:
             raise ValueError(
                 f"model.position {self.position!r} is a score bias; model.attention "
                 f"{self.attention!r} has no explicit scores (use rope, learned or none)"
             )
-        if self.norm not in NORMS:
-            raise ValueError(f"model.norm must be one of {NORMS}, got {self.norm!r}")
+        check_choice("model.norm", self.norm, Norm)
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"model.backend must be one of {BACKENDS}, got {self.backend!r}")
+        check_choice("model.backend", self.backend, BackendChoice)
         return self

@@ -3,6 +3,10 @@
 Shapes: B batch, T sequence, V vocab, C d_model, Hq query heads, Hkv key/value heads, D head dim.
 Pure model code: no I/O. The window plan is plain data, `[layer][head] -> int`, and so are its
 attention sinks (`[layer][head] -> int`, default 0: query i also sees keys j < s).
+
+One path for training, prefill and decoding: `forward(idx, cache=cache)` runs the same blocks;
+with a `KVCache` (from `make_cache`) the first call stores the prompt's keys and values and
+each later call feeds one token per row at the next position.
 """
 
 from __future__ import annotations
@@ -16,10 +20,17 @@ from torch import nn
 
 from aah.attention import windowed_attention
 from aah.attention.variants import make_variant
-from aah.model.config import GPTConfig
+from aah.model.cache import KVCache, LayerCache
+from aah.model.config import SCORE_BIAS_POSITIONS, GPTConfig
 from aah.model.positions import NoPosition, make_position
 
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def plain_softmax(config: GPTConfig) -> bool:
+    """Softmax attention without a score-bias position: `windowed_attention` itself, the only
+    attention that takes sinks and that the KV cache decodes."""
+    return config.attention == "softmax" and config.position not in SCORE_BIAS_POSITIONS
 
 
 def make_norm(config: GPTConfig) -> nn.Module:
@@ -44,9 +55,8 @@ class Attention(nn.Module):
         self.windows: tuple[int, ...] = (config.max_seq_len,) * config.n_head
         self.sinks: tuple[int, ...] = (0,) * config.n_head
         # Plain softmax without a score bias IS windowed_attention: keep calling it directly.
-        plain = config.attention == "softmax" and config.position not in ("alibi", "relative")
         self.attend: nn.Module | None = None
-        if not plain:
+        if not plain_softmax(config):
             self.attend = make_variant(
                 config.attention,
                 n_head=config.n_head,
@@ -57,34 +67,31 @@ class Attention(nn.Module):
                 backend=config.backend,
             )
 
-    def forward(self, x: torch.Tensor, position: NoPosition) -> tuple[torch.Tensor, QKV]:
+    def forward(
+        self, x: torch.Tensor, position: NoPosition, cache: LayerCache | None = None
+    ) -> tuple[torch.Tensor, QKV]:
+        """x (B, T, C) -> (B, T, C) and this layer's (q, k, v) after the position transform.
+        With a cache that has seen t > 0 positions, x is one token per row at position t."""
         b, t, _ = x.shape
         hq, hkv, d = self.n_head, self.n_kv_head, self.head_dim
+        offset = 0 if cache is None else cache.length
         q, k, v = self.qkv(x).split([hq * d, hkv * d, hkv * d], dim=-1)
         q = q.view(b, t, hq, d).transpose(1, 2)  # (B, Hq, T, D)
         k = k.view(b, t, hkv, d).transpose(1, 2)  # (B, Hkv, T, D)
         v = v.view(b, t, hkv, d).transpose(1, 2)
-        q, k = position.rotate(q, k)
-        # K/V stay at Hkv heads: windowed_attention maps query head h to kv head h // (Hq/Hkv).
-        if self.attend is None:
+        q, k = position.rotate(q, k, offset)
+        if cache is not None and offset > 0:  # a decoding step: each head's window and sinks
+            y = cache.attend(q, k, v, 1.0 / math.sqrt(d))
+        elif self.attend is None:
+            # K/V stay at Hkv heads: windowed_attention maps query head h to kv head h // G.
             extra = {"sinks": self.sinks} if any(self.sinks) else {}
             y = windowed_attention(q, k, v, self.windows, backend=self.backend, **extra)
         else:  # a variant (or a score-bias position): same windows, same GQA layout
             y = self.attend(q, k, v, self.windows)
+        if cache is not None and offset == 0:
+            cache.prefill(k, v)
         y = y.transpose(1, 2).reshape(b, t, hq * d)
         return self.dropout(self.proj(y)), (q, k, v)
-
-    def project(self, x: torch.Tensor, position: NoPosition, offset: int = 0) -> QKV:
-        """q (B, Hq, T, D), k and v (B, Hkv, T, D) of x (B, T, C) at positions offset.. after
-        the position transform: what cached decoding feeds its KV cache."""
-        b, t, _ = x.shape
-        hq, hkv, d = self.n_head, self.n_kv_head, self.head_dim
-        q, k, v = self.qkv(x).split([hq * d, hkv * d, hkv * d], dim=-1)
-        q = q.view(b, t, hq, d).transpose(1, 2)
-        k = k.view(b, t, hkv, d).transpose(1, 2)
-        v = v.view(b, t, hkv, d).transpose(1, 2)
-        q, k = position.rotate(q, k, offset)
-        return q, k, v
 
 
 class MLP(nn.Module):
@@ -106,8 +113,10 @@ class Block(nn.Module):
         self.norm2 = make_norm(config)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, position: NoPosition) -> tuple[torch.Tensor, QKV]:
-        a, qkv = self.attn(self.norm1(x), position)
+    def forward(
+        self, x: torch.Tensor, position: NoPosition, cache: LayerCache | None = None
+    ) -> tuple[torch.Tensor, QKV]:
+        a, qkv = self.attn(self.norm1(x), position, cache)
         x = x + a
         return x + self.mlp(self.norm2(x)), qkv
 
@@ -117,6 +126,8 @@ class GPT(nn.Module):
 
     `forward(idx)` -> logits (B, T, V); with `capture_qkv=True` -> (logits, [(q, k, v)] per
     layer), detached, q and k after the position transform (what the controller reads).
+    `forward(idx, cache=cache)`: the same, at positions `cache.length` onward, through the
+    cache (an empty cache takes the prompt (B, T >= 1); a filled one one token per row).
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -142,27 +153,74 @@ class GPT(nn.Module):
             nn.init.normal_(param, mean=0.0, std=std)
 
     def forward(
-        self, idx: torch.Tensor, *, capture_qkv: bool = False
+        self, idx: torch.Tensor, *, capture_qkv: bool = False, cache: KVCache | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, list[QKV]]:
         if idx.dim() != 2:
             raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
         t = idx.shape[1]
-        if t > self.config.max_seq_len:
-            raise ValueError(
-                f"sequence length {t} exceeds model.max_seq_len {self.config.max_seq_len}"
-            )
+        offset = 0 if cache is None else self._check_cache(cache, idx)
+        if offset + t > self.config.max_seq_len:
+            what = f"position {offset} + {t} tokens" if offset else f"sequence length {t}"
+            raise ValueError(f"{what} exceeds model.max_seq_len {self.config.max_seq_len}")
         x = self.embed(idx)  # (B, T, C)
-        pos = self.position.embed(t, idx.device)
+        pos = self.position.embed(t, idx.device, offset)
         if pos is not None:
             x = x + pos
         x = self.drop(x)
         captured: list[QKV] = []
-        for block in self.blocks:
-            x, qkv = block(x, self.position)
+        for i, block in enumerate(self.blocks):
+            x, qkv = block(x, self.position, None if cache is None else cache.layer(i))
             if capture_qkv:
                 captured.append(tuple(t_.detach() for t_ in qkv))  # type: ignore[arg-type]
+        if cache is not None:
+            cache.advance(t)
         logits = F.linear(self.norm(x), self.embed.weight)  # tied: (B, T, V)
         return (logits, captured) if capture_qkv else logits
+
+    def check_decodable(self) -> None:
+        """Raise ValueError unless the KV cache can decode this model (see `plain_softmax`)."""
+        if not plain_softmax(self.config):
+            raise ValueError(
+                "cached decoding supports model.attention 'softmax' with rope/learned/none "
+                f"positions only, got attention {self.config.attention!r}, "
+                f"position {self.config.position!r}"
+            )
+
+    def make_cache(self, batch: int, max_len: int, *, dtype: torch.dtype | None = None) -> KVCache:
+        """An empty `KVCache` for `forward(idx, cache=...)`: `batch` rows, room for `max_len`
+        positions, each head sized by the plan and sinks in force. dtype: that of the keys
+        (None: the parameters', or autocast's where it is on for their device)."""
+        self.check_decodable()
+        weight = self.embed.weight
+        if dtype is None:
+            kind = weight.device.type
+            on = torch.is_autocast_enabled(kind)
+            dtype = torch.get_autocast_dtype(kind) if on else weight.dtype
+        cfg = self.config
+        return KVCache(
+            self.window_plan(),
+            n_kv_head=cfg.n_kv_head,
+            head_dim=cfg.head_dim,
+            batch=batch,
+            max_len=max_len,
+            dtype=dtype,
+            device=weight.device,
+            sinks=self.sink_plan(),
+        )
+
+    def _check_cache(self, cache: KVCache, idx: torch.Tensor) -> int:
+        """The cache's position count, once it is known to fit idx and the plan in force."""
+        t = cache.length
+        if t > 0 and idx.shape[1] != 1:
+            raise ValueError(f"a filled cache takes one token per row, got idx {tuple(idx.shape)}")
+        if idx.shape[0] != cache.batch:
+            raise ValueError(f"idx has {idx.shape[0]} rows, the cache {cache.batch}")
+        if cache.plan != self.window_plan() or cache.sinks != self.sink_plan():
+            raise ValueError(
+                "the cache was made for another window plan or sinks; make a new cache "
+                "after set_window_plan"
+            )
+        return t
 
     def set_window_plan(
         self, plan: Sequence[Sequence[int]], sinks: Sequence[Sequence[int]] | None = None
@@ -202,7 +260,7 @@ class GPT(nn.Module):
             for s in row:
                 if isinstance(s, bool) or not isinstance(s, int) or s < 0:
                     raise ValueError(f"sinks layer {i}: every sink must be an int >= 0, got {s!r}")
-        if any(any(r) for r in rows) and self.blocks[0].attn.attend is not None:
+        if any(any(r) for r in rows) and not plain_softmax(self.config):
             raise ValueError(
                 "sinks need plain softmax attention; this model runs attention "
                 f"{self.config.attention!r} with position {self.config.position!r}"
@@ -219,18 +277,3 @@ class GPT(nn.Module):
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
-
-    def generate(
-        self,
-        idx: torch.Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-    ) -> torch.Tensor:
-        """(B, T + max_new_tokens) tokens: the prompt, then tokens decoded with a per-head KV
-        cache; see `aah.model.generate.generate` for the contract."""
-        from aah.model.generate import generate  # lazy: decoding code loads only when used
-
-        return generate(self, idx, max_new_tokens, temperature, top_k, top_p, seed)

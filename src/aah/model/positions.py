@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from aah.model.config import GPTConfig
+from aah.model.config import SCORE_BIAS_POSITIONS, GPTConfig
 
 
 class NoPosition(nn.Module):
@@ -89,7 +89,7 @@ def make_position(config: GPTConfig) -> NoPosition:
         return RotaryPosition(config.max_seq_len, config.head_dim, config.rope_base)
     if config.position == "learned":
         return LearnedPosition(config.max_seq_len, config.d_model)
-    if config.position in ("none", "alibi", "relative"):
-        # alibi / relative are score biases applied by the attention variant, not here.
+    if config.position == "none" or config.position in SCORE_BIAS_POSITIONS:
+        # Score biases (alibi, relative) are applied by the attention variant, not here.
         return NoPosition()
     raise ValueError(f"model.position {config.position!r} is not a known position scheme")

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from aah.eval import records
+from aah import records
 from aah.report import plots
 from aah.report.glossary import describe
 

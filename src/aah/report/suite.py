@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aah.eval import records
+from aah import records
 from aah.report import comparisons, glossary, provenance, stats, suite_plots
 from aah.report.accuracy import accuracy_section
 from aah.report.baselines import baseline_lines, suite_baselines

@@ -9,7 +9,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from aah.eval import records
+from aah import records
 from aah.report import stats
 from aah.sweep.config import cell_name
 from aah.sweep.results import read_csv

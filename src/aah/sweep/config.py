@@ -28,6 +28,7 @@ from typing import Any
 from aah.controller.config import POLICIES
 from aah.textfile import read_utf8
 from aah.train.run_config import RunConfig
+from aah.validate import check_int
 
 SWEEP_KEYS = ("name", "regimes", "seeds", "variants")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -103,8 +104,7 @@ class SweepConfig:
         if not isinstance(self.seeds, list) or not self.seeds:
             raise ValueError(f"sweep.seeds must be a non-empty list of ints, got {self.seeds!r}")
         for seed in self.seeds:
-            if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-                raise ValueError(f"sweep.seeds: every seed must be an int >= 0, got {seed!r}")
+            check_int("sweep.seeds: every seed", seed, 0)
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"sweep.seeds has duplicates: {self.seeds!r}")
         if not isinstance(self.variants, dict):

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from aah.eval import records
+from aah import records
 
 COLUMNS = (
     "regime",

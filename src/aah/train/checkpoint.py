@@ -2,8 +2,8 @@
 
 File layout: one `torch.save` of the payload dict, which holds beside its own keys an
 "integrity" entry: {"scheme", "sha256"}, the digest of a canonical walk over every other key
-(names, tensor dtypes, shapes and bytes, numbers, strings; aah.train.integrity). Writes go to
-a temp file in the same folder, are fsynced, then `os.replace`d over the target, so a crash
+(names, tensor dtypes, shapes and bytes, numbers, strings; aah.train.integrity). Writes go
+through `aah.atomic` (temp file in the same folder, fsync, `os.replace`), so a crash
 mid-write leaves the previous checkpoint intact. Loading verifies the digest and raises
 ValueError on any mismatch or truncation. Files of the earlier layout (a magic line and the
 sha256 of the payload bytes in front of them) are still read.
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import random
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from aah.atomic import write_bytes_atomic
 from aah.train.integrity import INTEGRITY, SCHEME, payload_digest
 
 #: the earlier layout's header: magic line, sha256 hex of the payload, newline.
@@ -35,30 +35,6 @@ def encode_payload(payload: dict[str, Any]) -> bytes:
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     return buffer.getvalue()
-
-
-def write_bytes_atomic(path: Path, data: bytes, *, chunk: int = 1 << 20) -> None:
-    """Write `data` to `path` via temp file + fsync + os.replace (+ fsync of the folder)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            for start in range(0, len(data), chunk):
-                handle.write(data[start : start + chunk])
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    try:
-        fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:  # some filesystems do not open folders; the replace is still atomic
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:

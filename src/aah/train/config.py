@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
-DEVICES = ("auto", "cpu", "cuda")
-DTYPES = ("float32", "bfloat16", "auto")
+from aah.validate import check_choice, check_int, check_real
+
+Device = Literal["auto", "cpu", "cuda"]
+#: "auto": bfloat16 autocast on CUDA, float32 on CPU.
+Dtype = Literal["float32", "bfloat16", "auto"]
+DEVICES: tuple[str, ...] = get_args(Device)
+DTYPES: tuple[str, ...] = get_args(Dtype)
 
 
 @dataclass
@@ -37,8 +42,8 @@ class TrainConfig:
     log_interval: int = 10
     checkpoint_interval: int = 100
     seed: int = 0
-    device: str = "auto"
-    dtype: str = "float32"
+    device: Device = "auto"
+    dtype: Dtype = "float32"
     threads: int = 0
 
     def validate(self) -> TrainConfig:
@@ -53,16 +58,9 @@ class TrainConfig:
             "threads",
         )
         for name in positive + non_negative:
-            value = getattr(self, name)
-            low = 1 if name in positive else 0
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"train.{name} must be an int >= {low}, got {value!r}")
+            check_int(f"train.{name}", getattr(self, name), 1 if name in positive else 0)
         for name in ("lr", "min_lr", "weight_decay", "grad_clip", "beta1", "beta2"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"train.{name} must be a number, got {value!r}")
-            if not math.isfinite(value):
-                raise ValueError(f"train.{name} must be a finite number, got {value!r}")
+            check_real(f"train.{name}", getattr(self, name))
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
             value = getattr(self, name)
             if value < 0:
@@ -75,8 +73,6 @@ class TrainConfig:
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"train.{name} must be in [0, 1), got {value!r}")
-        if self.device not in DEVICES:
-            raise ValueError(f"train.device must be one of {DEVICES}, got {self.device!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"train.dtype must be one of {DTYPES}, got {self.dtype!r}")
+        check_choice("train.device", self.device, Device)
+        check_choice("train.dtype", self.dtype, Dtype)
         return self

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aah.eval import records
+from aah import records
 from aah.train import distributed as dist_util
 
 #: how many times a uniform guess's loss counts as an explosion.

@@ -1,7 +1,8 @@
 """Typed field values for dataclass configs: from TOML values or from command-line strings.
 
-Supported field types: int, float, bool, str, `X | None`, list/tuple of those, nested lists.
-Errors are ValueErrors that name the dotted key; a float must be finite.
+Supported field types: int, float, bool, str, a `Literal` of strings (a choice: the names are
+read from the type), `X | None`, list/tuple of those, nested lists. Errors are ValueErrors
+that name the dotted key; a float must be finite.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import types
 import typing
 from dataclasses import fields, is_dataclass
 from typing import Any
+
+from aah.validate import check_choice
 
 NONE_WORDS = ("none", "null")
 TRUE_WORDS = ("true", "1", "yes", "on")
@@ -47,6 +50,9 @@ def coerce(value: Any, tp: Any, key: str, *, from_text: bool = False) -> Any:
     if tp is Any:
         return value
     origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        check_choice(key, value, tp)
+        return value
     if origin in (list, tuple) or tp in (list, tuple):
         return _coerce_sequence(value, tp, key, from_text)
     if origin in (typing.Union, types.UnionType):

@@ -9,30 +9,23 @@ import torch
 
 from aah.data import TokenSplits
 from aah.eval.evaluate import evaluate_loss, peak_rss_mb, plan_diagnostics
-from aah.model import GPT
 from aah.train import distributed as dist_util
 from aah.train import fingerprint
 from aah.train.provenance import provenance
-from aah.train.run_config import RunConfig
-from aah.train.session import Counters
+from aah.train.state import Counters, TrainState
 
 
 def log_record(
-    counters: Counters,
-    lr: float,
-    window: dict[str, float],
-    model: GPT,
-    seq_len: int,
-    info: dist_util.DistInfo,
-    device: torch.device,
-    *,
-    reset: bool,
-    wall_start: float,
+    state: TrainState, lr: float, window: dict[str, float], *, reset: bool
 ) -> dict[str, Any]:
-    train_loss = dist_util.mean_across(info, counters.loss_sum / counters.loss_count, device)
+    """One metrics.jsonl line; `reset` starts a new training-loss average (collective)."""
+    counters = state.counters
+    train_loss = dist_util.mean_across(
+        state.info, counters.loss_sum / counters.loss_count, state.device
+    )
     if reset:
         counters.loss_sum, counters.loss_count = 0.0, 0
-    diag = plan_diagnostics(model.window_plan(), seq_len)
+    diag = plan_diagnostics(state.model.window_plan(), state.config.seq_len)
     seconds = window["seconds"]
     return {
         "step": counters.step,
@@ -46,25 +39,20 @@ def log_record(
         "ctrl_share": window["ctrl"] / seconds if seconds > 0 else 0.0,
         # Cumulative clocks (over resumes too): x-axes for quality at equal time.
         "train_s": counters.train_seconds,
-        "wall_s": wall_seconds(counters, wall_start),
+        "wall_s": wall_seconds(counters, state.wall_start),
     }
 
 
-def eval_record(
-    model: GPT,
-    splits: TokenSplits,
-    cfg: Any,
-    seq_len: int,
-    device: torch.device,
-    amp: torch.dtype | None,
-) -> dict[str, Any]:
+def eval_record(state: TrainState, splits: TokenSplits, amp: torch.dtype | None) -> dict[str, Any]:
+    """The validation metrics of the model now (loss, bits/byte, recall on a generated task)."""
+    cfg = state.config.train
     ev = evaluate_loss(
-        model,
+        state.model,
         splits.val,
         batch_size=cfg.batch_size,
-        seq_len=seq_len,
+        seq_len=state.config.seq_len,
         max_batches=cfg.eval_batches,
-        device=device,
+        device=state.device,
         autocast_dtype=amp,
         answers=splits.val_answer_distance,
         buckets=splits.answer_buckets or (),
@@ -78,15 +66,9 @@ def wall_seconds(counters: Counters, wall_start: float) -> float:
     return counters.wall_seconds + time.perf_counter() - wall_start
 
 
-def summary_record(
-    config: RunConfig,
-    model: GPT,
-    counters: Counters,
-    last: dict[str, Any],
-    info: dist_util.DistInfo,
-    splits: TokenSplits,
-    wall_start: float,
-) -> dict[str, Any]:
+def summary_record(state: TrainState, last: dict[str, Any], splits: TokenSplits) -> dict[str, Any]:
+    """summary.json: the last metrics and the run's totals, cost and provenance."""
+    config, model, counters = state.config, state.model, state.counters
     diag = plan_diagnostics(model.window_plan(), config.seq_len)
     train_s = counters.train_seconds
     return {
@@ -104,10 +86,10 @@ def summary_record(
         "peak_rss_mb": peak_rss_mb(),
         "seed": config.train.seed,
         "policy": config.controller.policy,
-        "world_size": info.world_size,
+        "world_size": state.info.world_size,
         "steps": counters.step,
         "tokens": counters.tokens,
-        "wall_s": wall_seconds(counters, wall_start),
+        "wall_s": wall_seconds(counters, state.wall_start),
         "train_s": train_s,
         "n_params": model.num_params(),
         "seq_len": config.seq_len,

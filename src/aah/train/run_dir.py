@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aah.eval import records
+from aah import records
 from aah.train import distributed as dist_util
 
 LOCK = "train.lock"

@@ -7,27 +7,30 @@ head_dim=..., max_seq_len=..., position=config.position, backend=config.backend)
 
 from __future__ import annotations
 
+from typing import get_args
+
 from aah.attention.variants.base import Variant
 from aah.attention.variants.connectivity import BlockSparseAttention, GlobalTokensAttention
 from aah.attention.variants.kernel import KernelAttention
 from aah.attention.variants.lowrank import LowRankAttention
 from aah.attention.variants.positions import POSITIONS, make_score_bias
 from aah.attention.variants.scores import AdditiveAttention, BilinearAttention, SoftmaxAttention
+from aah.choices import ApproximationVariant, Attention, ConnectivityVariant, ScoreVariant
 
 #: Variant names by kind. Sliding windows are not a name: every variant takes a plan, and
 #: "softmax" with a plan is the engine itself.
 KINDS: dict[str, tuple[str, ...]] = {
-    "scores": ("softmax", "additive", "bilinear"),
-    "connectivity": ("block-sparse", "global-tokens"),
-    "approximations": ("low-rank", "kernel", "kernel-favor"),
+    "scores": get_args(ScoreVariant),
+    "connectivity": get_args(ConnectivityVariant),
+    "approximations": get_args(ApproximationVariant),
     "positions": POSITIONS,
     "kv_sharing": ("mha", "gqa", "mqa"),
 }
 
-VARIANTS = KINDS["scores"] + KINDS["connectivity"] + KINDS["approximations"]
+VARIANTS: tuple[str, ...] = get_args(Attention)
 
 #: Variants without explicit scores cannot add a distance bias.
-_NO_BIAS = ("low-rank", "kernel", "kernel-favor")
+_NO_BIAS = KINDS["approximations"]
 
 
 def available() -> dict[str, tuple[str, ...]]:

@@ -10,13 +10,16 @@ of a (query, key) offset that the caller already knows.
 from __future__ import annotations
 
 import math
+from typing import get_args
 
 import torch
 from torch import nn
 
-#: Every position scheme the variants understand; the first three need no score bias.
-POSITIONS = ("rope", "learned", "none", "alibi", "relative")
-SCORE_BIASES = ("alibi", "relative")
+from aah.choices import Position, ScoreBiasPosition
+
+#: Every position scheme the variants understand; the score biases are applied here.
+POSITIONS: tuple[str, ...] = get_args(Position)
+SCORE_BIASES: tuple[str, ...] = get_args(ScoreBiasPosition)
 
 
 class ScoreBias(nn.Module):

@@ -10,9 +10,9 @@ import torch
 
 from aah.attention import coverage
 from aah.cli import main
-from aah.eval.posthoc import EvalSet, score, strided_windows
-from aah.eval.posthoc_plans import budgeted_plan, shuffled, uniform_window
 from aah.model import GPT, GPTConfig
+from aah.posthoc.analysis import EvalSet, score, strided_windows
+from aah.posthoc.plans import budgeted_plan, shuffled, uniform_window
 
 T = 64
 WINDOWS = [1, 2, 4, 8, 16, 32, 64]

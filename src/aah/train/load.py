@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from aah.eval import records
+from aah import records
 from aah.model import GPT
 from aah.train.checkpoint import load_run_checkpoint
 from aah.train.run_config import RunConfig

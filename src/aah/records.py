@@ -1,6 +1,8 @@
-"""Run-directory files (the run-directory contract; see the README's "Command line").
+"""The run directory's files: their names, JSONL append/read and strict JSON (the contract
+between the trainer and every reader: eval, sweep, report, cli; see the README's "Command line").
 
 RUN_DIR/config.toml, metrics.jsonl, plans.jsonl, summary.json, checkpoints/last.pt.
+Every whole-file write goes through `aah.atomic` (temp file, fsync, rename).
 JSON is written strictly: a NaN or infinite number becomes null, and the record (a dict)
 names such keys in a "nonfinite" list, so every file parses with any JSON reader.
 """
@@ -9,12 +11,28 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 from aah import textfile
+from aah.atomic import write_text_atomic
 from aah.textfile import read_utf8
+
+__all__ = [
+    "CHECKPOINT",
+    "CONFIG",
+    "METRICS",
+    "NONFINITE",
+    "PLANS",
+    "SUMMARY",
+    "append_jsonl",
+    "dumps",
+    "read_json",
+    "read_jsonl",
+    "truncate_after",
+    "write_json",
+    "write_text_atomic",
+]
 
 CONFIG = "config.toml"
 METRICS = "metrics.jsonl"
@@ -76,12 +94,6 @@ def truncate_after(path: Path, step: int, *, inclusive: bool = True) -> None:
         r for r in rows[1:] if (s := int(r.get("step", 0))) < step or (inclusive and s == step)
     ]
     write_text_atomic(path, "".join(dumps(r) + "\n" for r in kept))
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def write_json(path: Path, obj: dict[str, Any]) -> None:

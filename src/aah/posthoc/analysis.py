@@ -2,7 +2,7 @@
 
 For each run (one seed each): measure every head's attention mass beyond each candidate
 window on calibration windows from the *training* split, build each policy's plan at each
-coverage cap (posthoc_plans.py), and score the model under it on evaluation windows spread
+coverage cap (plans.py), and score the model under it on evaluation windows spread
 evenly over the whole *validation* split (the same windows for every plan and run). The
 quality lost is Δ bpb = bpb(plan) - bpb(full attention), per run; over runs, the mean and its
 95% CI (Student t). On a generated task (`synthetic:recall`, `synthetic:passkey`) the same pass
@@ -26,10 +26,11 @@ from aah.controller.mass import mass_beyond
 from aah.data import load_tokens
 from aah.data.loader import answer_marks
 from aah.eval.head_ablation import loss_ablation
-from aah.eval.load import load_run
-from aah.eval.posthoc_plans import AAH, BUDGETED, aah_plan, budgeted_plan
 from aah.eval.recall import RecallCounter
 from aah.model import GPT
+from aah.posthoc.plans import AAH, BUDGETED, aah_plan, budgeted_plan
+from aah.train.load import load_run
+from aah.validate import check_int
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,7 @@ class PosthocConfig:
                 f"policies: unknown {', '.join(unknown)}; choose from {', '.join(BUDGETED + AAH)}"
             )
         for name in ("eval_windows", "calib_windows", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+            check_int(name, getattr(self, name), 1)
 
 
 @dataclass

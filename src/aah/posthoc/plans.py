@@ -31,6 +31,7 @@ import torch
 from aah.attention import coverage
 from aah.controller import ControllerConfig, make_policy
 from aah.controller.aahv3 import LayerInputs
+from aah.controller.adaptive import AdaptivePolicy
 from aah.controller.budget import allocate_budget
 from aah.controller.head_stats import attention_stats
 from aah.controller.plan import Plan
@@ -117,6 +118,7 @@ def aah_plan(
     pol = make_policy(
         cfg, n_layer=len(qkv), n_head=q0.shape[1], n_kv_head=k0.shape[1], seq_len=seq_len
     )
+    assert isinstance(pol, AdaptivePolicy)  # the aah-v3 names build one
     rows = []
     for ctl, (q, k, v) in zip(pol.layers, qkv, strict=True):
         attn = attention_stats(q, k, v, [seq_len] * q.shape[1])

@@ -48,14 +48,14 @@ def policy_plans(
         _, qkv = model(x, capture_qkv=True)
     out = {}
     for name in policies:
+        control = ControllerConfig(policy=name, warmup_steps=0, budget=budget)
         policy = make_policy(
-            ControllerConfig(policy=name, warmup_steps=0, budget=budget),
-            n_layer=cfg.n_layer, n_head=cfg.n_head, n_kv_head=cfg.n_kv_head,
+            control, n_layer=cfg.n_layer, n_head=cfg.n_head, n_kv_head=cfg.n_kv_head,
             seq_len=cfg.max_seq_len,
         )  # fmt: skip
         start = time.perf_counter()
         plan = policy.update(0, qkv)
-        before_next = policy.cfg.interval - 1
+        before_next = control.interval - 1
         if before_next > 0 and policy.wants_activations(before_next):
             policy.update(before_next, qkv)
         assert plan is not None

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from aah.eval.posthoc import RunResult
+from aah.posthoc.analysis import RunResult
 from aah.report import stats
 
 

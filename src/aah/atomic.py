@@ -1,0 +1,65 @@
+"""The one atomic file writer: checkpoints, token caches and run records all go through it.
+
+The bytes go to a uniquely named hidden temp file beside the target (`.NAME.XXXX.tmp`), are
+fsynced, then `os.replace`d onto the target, and the folder is fsynced so the rename itself
+survives a power cut. A crash at any point leaves either the old file or the new one, never
+a torn mix; the temp file is removed on the way out of a failed write. Concurrent writers
+(several ranks, several hosts on a shared disk) never share a temp file.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+#: bytes per write call: large payloads go down in pieces rather than one huge syscall.
+CHUNK = 1 << 20
+
+
+def write_bytes_atomic(path: str | Path, data: bytes | memoryview) -> None:
+    """Replace `path` with `data` atomically and durably (creates missing parent folders)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    view = memoryview(data).cast("B")
+    fd, tmp = _open_temp(path)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            for start in range(0, len(view), CHUNK):
+                handle.write(view[start : start + CHUNK])
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_folder(path.parent)
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """`write_bytes_atomic` of `text` as UTF-8."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def _open_temp(path: Path) -> tuple[int, Path]:
+    # Not tempfile.mkstemp: its 0600 mode would make every record private; O_EXCL with mode
+    # 0666 gives the usual umask-governed permissions and still never opens a file twice.
+    while True:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # some filesystems do not open folders; the replace is still atomic
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # nor fsync them (e.g. some network mounts): the data itself is synced
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,169 @@
+"""Window allocation per KV head, the unit of KV memory, under a coverage or a KV-byte budget.
+
+Shapes: L layers, Hq query heads and Hkv KV heads per layer, G = Hq / Hkv; mass
+(L, Hq, n_windows) as `hf_search.measure_mass` gives it (already *given* the sinks s).
+
+A KV head's keys are kept for the widest window of its query heads, so a narrower window on
+one of them saves no memory: here the G query heads of one KV head always share one window.
+One candidate c per KV head over all layers, minimising the summed mass of its query heads,
+with one of two caps (T the calibration length):
+
+- coverage: the plan's causal coverage with sinks at T (`aah.attention.coverage`), i.e.
+  G * window_pairs(c, T, s) per KV head over L * Hq * T (T + 1) / 2;
+- KV bytes: what `PerHeadCache` holds per sequence after T positions with max_cache_len = T,
+  (S + min(c', T)) * D * 2 * itemsize per KV head, with c' = min(c, the layer's own sliding
+  window) and S = min(s, T - c') sink slots when c' < T (none for a full head).
+
+Greedy, as `controller.budget.allocate_budget`: every KV head starts at the smallest window;
+repeatedly take the upgrade with the most mass saved per unit of cost that still fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from aah.attention.cost import window_pairs
+from aah.controller.budget import pair_cap
+from aah.controller.plan import Plan
+from aah.model.cache_layout import kv_capacities, kv_sinks
+
+
+@dataclass(frozen=True)
+class KVShape:
+    """What KV memory a model's plan costs: KV heads per layer, bytes per stored position of
+    one KV head (D * 2 * itemsize, keys and values), and each layer's own sliding window."""
+
+    n_kv_head: int
+    position_bytes: int
+    sliding: tuple[int | None, ...]
+
+
+def kv_shape(model: torch.nn.Module) -> KVShape:
+    """The model's `KVShape`, read as `PerHeadCache` reads it (dtype of its parameters)."""
+    from aah.integrations.hf_layout import layout, sliding_windows
+
+    lay = layout(model)
+    config = model.config
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // lay.n_head)
+    itemsize = next(model.parameters()).element_size()
+    return KVShape(lay.n_kv_head, head_dim * 2 * itemsize, tuple(sliding_windows(model)))
+
+
+def plan_kv_bytes(
+    windows: Sequence[Sequence[int]],
+    sinks: Sequence[Sequence[int]] | None,
+    shape: KVShape,
+    seq_len: int,
+) -> int:
+    """Bytes `PerHeadCache` holds per sequence after `seq_len` positions with max_cache_len =
+    seq_len, for a plan [layer][query head] and sinks alike (None: none)."""
+    capped = [
+        [min(w, cap) if cap else w for w in row]
+        for row, cap in zip(windows, shape.sliding, strict=True)
+    ]
+    sink_rows = [[0] * len(r) for r in capped] if sinks is None else [list(r) for r in sinks]
+    caps = kv_capacities(capped, shape.n_kv_head, seq_len)
+    slots = kv_sinks(capped, sink_rows, shape.n_kv_head, seq_len)
+    held = sum(sum(cr) + sum(sr) for cr, sr in zip(caps, slots, strict=True))
+    return held * shape.position_bytes
+
+
+def full_kv_bytes(shape: KVShape, n_layer: int, seq_len: int) -> int:
+    """Bytes of a cache that keeps every position of every KV head (DynamicCache)."""
+    return n_layer * shape.n_kv_head * seq_len * shape.position_bytes
+
+
+@dataclass(frozen=True)
+class KVAllocation:
+    """The chosen plan: windows [layer][query head] (equal within each KV head)."""
+
+    windows: Plan
+    lost_mass: float  # mean over query heads of the chosen mass (given the sinks)
+
+
+def allocate_kv_heads(
+    mass: torch.Tensor,
+    candidates: Sequence[int],
+    seq_len: int,
+    shape: KVShape,
+    *,
+    sinks: int = 0,
+    budget: float | None = None,
+    kv_budget: int | None = None,
+) -> KVAllocation | None:
+    """Greedy choice of one candidate per KV head (module docstring) under exactly one of
+    `budget` (causal coverage in (0, 1]) and `kv_budget` (bytes); None when even the smallest
+    window everywhere is over the cap."""
+    n_layer, n_head, n_w = mass.shape
+    n_kv = shape.n_kv_head
+    if n_head % n_kv:
+        raise ValueError(f"{n_head} query heads do not split into {n_kv} KV heads")
+    if len(shape.sliding) != n_layer:
+        raise ValueError(f"shape has {len(shape.sliding)} layers, mass has {n_layer}")
+    if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
+        raise ValueError(f"sinks must be an int >= 0, got {sinks!r}")
+    group = n_head // n_kv
+    units = mass.double().reshape(n_layer * n_kv, group, n_w).sum(dim=1).numpy()
+    if (budget is None) == (kv_budget is None):
+        raise ValueError("give exactly one of budget (coverage) and kv_budget (bytes)")
+    if budget is not None:
+        cap = pair_cap(budget, n_layer * n_head, seq_len)
+        per = [group * window_pairs(int(c), seq_len, sinks) for c in candidates]
+        cost = np.tile(np.array(per, dtype=np.int64), (n_layer * n_kv, 1))
+    else:
+        cap = int(kv_budget)  # type: ignore[arg-type]
+        cost = np.array(
+            [
+                [_unit_bytes(int(c), sliding, sinks, seq_len, shape.position_bytes)
+                 for c in candidates]
+                for sliding in shape.sliding
+                for _ in range(n_kv)
+            ],
+            dtype=np.int64,
+        )  # fmt: skip
+    chosen = greedy(units, cost, cap)
+    if chosen is None:
+        return None
+    windows = [
+        [int(candidates[chosen[layer * n_kv + h // group]]) for h in range(n_head)]
+        for layer in range(n_layer)
+    ]
+    rows = np.arange(len(chosen))
+    return KVAllocation(
+        windows=windows,
+        lost_mass=float(units[rows, chosen].sum() / (n_layer * n_head)),
+    )
+
+
+def _unit_bytes(window: int, sliding: int | None, sinks: int, seq_len: int, unit: int) -> int:
+    w = min(window, sliding) if sliding else window
+    slots = min(sinks, seq_len - w) if w < seq_len else 0
+    return (slots + min(w, seq_len)) * unit
+
+
+def greedy(mass: np.ndarray, cost: np.ndarray, cap: int) -> np.ndarray | None:
+    """(U,) candidate index per unit minimising sum mass[u, j_u] with sum cost[u, j_u] <= cap,
+    greedily by mass saved per unit of extra cost; None if the all-smallest choice is over.
+    `cost` (U, n_w) must not decrease along the candidates."""
+    n, n_w = mass.shape
+    cur = np.zeros(n, dtype=np.int64)
+    rows, cols = np.arange(n), np.arange(n_w)
+    total = int(cost[:, 0].sum())
+    if total > cap:
+        return None
+    while True:
+        gain = mass[rows, cur][:, None] - mass
+        extra = cost - cost[rows, cur][:, None]
+        ok = (cols[None, :] > cur[:, None]) & (gain > 0) & (total + extra <= cap)
+        if not ok.any():
+            return cur
+        # Free upgrades first (a sliding window makes wider candidates cost the same), then the
+        # best mass per unit of cost.
+        ratio = np.where(extra > 0, gain / np.maximum(extra, 1), np.inf)
+        unit, j = divmod(int(np.argmax(np.where(ok, ratio, -np.inf))), n_w)
+        total += int(extra[unit, j])
+        cur[unit] = j

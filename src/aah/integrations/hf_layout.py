@@ -1,0 +1,76 @@
+"""What the Hugging Face integration reads off a transformers model: its family, sizes,
+attention modules in order and each layer's own sliding window; and the transformers import.
+
+transformers is imported lazily: without it `require_transformers` raises ImportError naming
+`pip install 'aah-attention[hf]'`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+
+# model_type -> attribute path from the base model to the decoder layers, and the layer's attention.
+FAMILIES: dict[str, tuple[str, str]] = {
+    "gpt2": ("h", "attn"),
+    "llama": ("layers", "self_attn"),
+    "mistral": ("layers", "self_attn"),
+    "qwen2": ("layers", "self_attn"),
+    "qwen3": ("layers", "self_attn"),
+}
+
+
+def require_transformers() -> ModuleType:
+    """The transformers module, or ImportError saying how to install it."""
+    try:
+        import transformers
+    except ImportError as err:
+        raise ImportError(
+            "the Hugging Face integration needs transformers: pip install 'aah-attention[hf]'"
+        ) from err
+    return transformers
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What `apply` needs to know about a model: family, sizes and attention modules in order."""
+
+    family: str
+    n_layer: int
+    n_head: int
+    n_kv_head: int
+    modules: tuple[torch.nn.Module, ...]
+
+
+def layout(model: torch.nn.Module) -> Layout:
+    """The model's layout; ValueError naming the class if its family is not supported."""
+    config = getattr(model, "config", None)
+    family = getattr(config, "model_type", None)
+    if family not in FAMILIES:
+        names = ", ".join(sorted(FAMILIES))
+        raise ValueError(
+            f"{type(model).__name__} (model_type {family!r}) is not supported by the aah "
+            f"integration; supported model types: {names}"
+        )
+    if getattr(config, "add_cross_attention", False):
+        raise ValueError(f"{type(model).__name__} has cross-attention layers: not supported")
+    layers_attr, attn_attr = FAMILIES[family]
+    base = getattr(model, "base_model", model)
+    layers = getattr(base, layers_attr)
+    modules = tuple(getattr(layer, attn_attr) for layer in layers)
+    n_head = int(config.num_attention_heads)
+    n_kv = int(getattr(config, "num_key_value_heads", None) or n_head)
+    return Layout(family, len(modules), n_head, n_kv, modules)
+
+
+def sliding_windows(model: torch.nn.Module) -> list[int | None]:
+    """Each layer's own sliding window (Mistral, Qwen sliding layers), None where it has none:
+    the cap `PerHeadCache` puts on that layer's rings."""
+    config = model.config
+    caps = []
+    for module in layout(model).modules:
+        cap = getattr(module, "sliding_window", getattr(config, "sliding_window", None))
+        caps.append(int(cap) if cap else None)
+    return caps

@@ -1,0 +1,211 @@
+"""Plan search per KV head with sinks: mass given sinks, byte and coverage caps, plan files."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+
+import numpy as np
+import pytest
+import torch
+from hf_models import VOCAB, tiny_model
+
+from aah.attention import coverage
+from aah.cli.plan_checks import check_budget_flags
+from aah.controller.mass import mass_beyond
+from aah.integrations import hf, hf_cli
+from aah.integrations.hf_allocate import full_kv_bytes, greedy, kv_shape, plan_kv_bytes
+from aah.integrations.hf_mass import mass_beyond_given_sinks
+from aah.integrations.hf_plan import SearchedPlan
+from aah.integrations.hf_search import measure_mass, plan_from_mass
+
+T = 32
+CANDIDATES = [2, 4, 8, 16, 32]
+SINKS = 2
+
+
+def ids(n: int = 2, seed: int = 3) -> torch.Tensor:
+    return torch.randint(2, VOCAB, (n, T), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module")
+def measured() -> dict[str, tuple[torch.nn.Module, torch.Tensor, torch.Tensor]]:
+    """Per family (GQA Llama; Mistral with its own sliding window 16): the model, and its mass
+    without and with sinks on the same calibration rows."""
+    out = {}
+    for family in ("llama", "mistral"):
+        model = tiny_model(family)
+        batches = [ids()[:1], ids()[1:]]
+        plain = measure_mass(model, batches, CANDIDATES, sample_queries=16)
+        sunk = measure_mass(model, batches, CANDIDATES, sample_queries=16, sinks=SINKS)
+        out[family] = (model, plain, sunk)
+    return out
+
+
+def dense_lost(q, k, windows, sinks):  # type: ignore[no-untyped-def]
+    """(Hq, n_windows) float64 oracle over every row: share of s <= j <= i - w."""
+    q, k = q.double(), k.double()
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    n = q.shape[2]
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    probs = torch.softmax(scores.masked_fill(j > i, float("-inf")), dim=-1)
+    cols = [(probs * ((j <= i - w) & (j >= sinks))).sum(-1) for w in windows]
+    return torch.stack(cols, dim=-1).mean(dim=(0, 2))
+
+
+@pytest.mark.parametrize("sinks", [0, 1, 3, 50])
+def test_mass_given_sinks_matches_a_dense_float64_oracle(sinks: int) -> None:
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 40, 8, generator=gen) * 2
+    k = torch.randn(2, 2, 40, 8, generator=gen) * 2
+    windows = [1, 3, 8, 40]
+    got = mass_beyond_given_sinks(q, k, windows, sinks, positions=torch.arange(40))
+    torch.testing.assert_close(got.double(), dense_lost(q, k, windows, sinks), atol=1e-6, rtol=0)
+    if sinks == 0:  # the same measure as the controller's without sinks
+        plain = mass_beyond(q, k, k, windows, positions=torch.arange(40))
+        torch.testing.assert_close(got, plain, atol=1e-5, rtol=0)
+
+
+def test_sinks_reduce_measured_lost_mass(measured) -> None:
+    _, plain, sunk = measured["llama"]
+    assert sunk.shape == plain.shape == (2, 4, len(CANDIDATES))
+    assert (sunk <= plain + 1e-9).all()
+    assert (sunk[..., 0] < plain[..., 0] - 1e-3).all()  # a sink key's attention is not lost
+    assert (sunk[..., -1] == 0).all()  # the full window loses nothing either way
+    with pytest.raises(ValueError, match="sinks must be an int >= 0, got -1"):
+        measure_mass(measured["llama"][0], [ids()[:1]], CANDIDATES, sinks=-1)
+
+
+def shares_within_kv_heads(windows: list[list[int]], n_kv: int) -> bool:
+    group = len(windows[0]) // n_kv
+    return all(
+        len(set(row[j * group : (j + 1) * group])) == 1 for row in windows for j in range(n_kv)
+    )
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral"])
+@pytest.mark.parametrize("fraction", [0.15, 0.3, 0.5, 0.8, 1.0])
+def test_kv_plan_never_exceeds_the_byte_budget(measured, family: str, fraction: float) -> None:
+    model, _, mass = measured[family]
+    shape = kv_shape(model)
+    budget = int(fraction * full_kv_bytes(shape, 2, T))
+    plan = plan_from_mass(
+        mass, CANDIDATES, T, None, "m", shape=shape, sinks=SINKS, kv_budget=budget
+    )
+    assert plan.kv_bytes is not None and plan.kv_bytes <= budget
+    assert plan.kv_bytes == plan_kv_bytes(plan.windows, plan.sinks, shape, T)
+    assert plan.budget_unit == "kv_bytes" and plan.budget == budget
+    assert plan.sinks == [[SINKS] * 4] * 2
+    assert shares_within_kv_heads(plan.windows, shape.n_kv_head)
+    assert plan.coverage == coverage(plan.windows, T, plan.sinks).causal
+
+
+def test_byte_formula_is_what_the_per_head_cache_holds(measured) -> None:
+    from aah.integrations.hf_cache import PerHeadCache
+
+    for family in ("llama", "mistral"):
+        model, _, mass = measured[family]
+        shape = kv_shape(model)
+        budget = int(0.4 * full_kv_bytes(shape, 2, T))
+        plan = plan_from_mass(
+            mass, CANDIDATES, T, None, "m", shape=shape, sinks=SINKS, kv_budget=budget
+        )
+        hf.apply(model, plan)
+        try:
+            cache = PerHeadCache(model, max_cache_len=T)
+            name = (
+                "cache"
+                if "cache" in inspect.signature(model.forward).parameters
+                else "past_key_values"
+            )
+            with torch.no_grad():
+                model(ids(1), use_cache=True, **{name: cache})
+            assert cache.nbytes() == plan.kv_bytes == cache.reserved_nbytes()
+        finally:
+            hf.remove(model)
+
+
+@pytest.mark.parametrize("budget", [0.3, 0.45, 0.6, 1.0])
+def test_coverage_budget_per_kv_head_counts_the_sinks(measured, budget: float) -> None:
+    model, _, mass = measured["llama"]
+    shape = kv_shape(model)
+    plan = plan_from_mass(mass, CANDIDATES, T, budget, "m", shape=shape, sinks=SINKS)
+    assert plan.coverage <= budget and plan.budget_unit == "coverage"
+    assert plan.coverage == coverage(plan.windows, T, [[SINKS] * 4] * 2).causal
+    assert shares_within_kv_heads(plan.windows, 2)
+    # Without the shape every query head is its own unit (the old search), bytes not counted.
+    alone = plan_from_mass(mass, CANDIDATES, T, budget, "m", sinks=SINKS)
+    assert alone.coverage <= budget and alone.kv_bytes is None
+
+
+def test_budgets_below_the_smallest_plan_and_bad_budgets_are_refused(measured) -> None:
+    model, _, mass = measured["llama"]
+    shape = kv_shape(model)
+    with pytest.raises(ValueError, match=r"below the smallest candidate's .* KV bytes"):
+        plan_from_mass(mass, CANDIDATES, T, None, "m", shape=shape, sinks=SINKS, kv_budget=100)
+    with pytest.raises(ValueError, match="exactly one"):
+        plan_from_mass(mass, CANDIDATES, T, 0.3, "m", shape=shape, kv_budget=10**6)
+    with pytest.raises(ValueError, match="kv_budget must be an int of bytes >= 1, got 0"):
+        plan_from_mass(mass, CANDIDATES, T, None, "m", shape=shape, kv_budget=0)
+
+
+def test_greedy_keeps_the_cap_and_spends_where_mass_is() -> None:
+    mass = np.array([[0.9, 0.5, 0.0], [0.2, 0.1, 0.0]])
+    cost = np.array([[1, 2, 4], [1, 2, 4]])
+    assert greedy(mass, cost, 1) is None
+    assert greedy(mass, cost, 2).tolist() == [0, 0]
+    assert greedy(mass, cost, 5).tolist() == [2, 0]  # the heavy unit first
+    assert greedy(mass, cost, 8).tolist() == [2, 2]
+
+
+def test_old_plan_files_still_load() -> None:
+    old = {"windows": [[4, 8]], "budget": 0.3, "coverage": 0.25, "candidates": [4, 8]}
+    old.update(model="GPT2LMHeadModel", seq_len=8, lost_mass=0.1)
+    plan = SearchedPlan.from_json(json.dumps(old))
+    assert plan.sinks is None and plan.kv_bytes is None and plan.budget_unit == "coverage"
+    new = SearchedPlan([[4, 4]], 1024.0, 0.3, [4], "m", 8, 0.1, [[2, 2]], "kv_bytes", 512)
+    assert SearchedPlan.from_json(new.to_json()) == new
+    with pytest.raises(ValueError, match="budget_unit must be one of coverage, kv_bytes, got 'mb'"):
+        SearchedPlan.from_json(json.dumps({**old, "budget_unit": "mb"}))
+    with pytest.raises(ValueError, match="kv_bytes must be an int >= 0, got -1"):
+        SearchedPlan.from_json(json.dumps({**old, "kv_bytes": -1}))
+
+
+def test_budget_flag_checks_name_the_value() -> None:
+    with pytest.raises(ValueError, match=r"--budget \(0.3\) or --budget-kv-mb \(2.0\)"):
+        check_budget_flags(0.3, 2.0, 0)
+    with pytest.raises(ValueError, match=r"--budget-kv-mb must be .* got -1\.0"):
+        check_budget_flags(None, -1.0, 0)
+    with pytest.raises(ValueError, match="--sinks must be >= 0, got -2"):
+        check_budget_flags(None, None, -2)
+    check_budget_flags(None, None, 4)
+
+
+def test_cli_search_by_kv_bytes_with_sinks_then_apply(tmp_path, capsys) -> None:
+    model_dir = tmp_path / "model"
+    tiny_model("llama").save_pretrained(model_dir)
+    text = tmp_path / "text.txt"
+    text.write_text("def f(x):\n    return x * 2  # doubles\n" * 12)
+    out = tmp_path / "plan.json"
+    parser = argparse.ArgumentParser()
+    hf_cli.add_plan_search_arguments(parser)
+    argv = [str(model_dir), "--text", str(text), "--out", str(out), "--seq-len", "32"]
+    argv += ["--budget-kv-mb", "0.004", "--sinks", "2", "--max-batches", "2"]
+    assert hf_cli.run_plan_search(parser.parse_args(argv)) == 0
+    plan = SearchedPlan.load(out)
+    assert plan.budget_unit == "kv_bytes" and plan.budget == int(0.004 * 2**20)
+    assert plan.kv_bytes is not None and plan.kv_bytes <= plan.budget
+    assert plan.sinks == [[2] * 4] * 2 and shares_within_kv_heads(plan.windows, 2)
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["kv_bytes"] == plan.kv_bytes and summary["sinks"] == 2
+
+    parser = argparse.ArgumentParser()
+    hf_cli.add_plan_apply_arguments(parser)
+    argv = [str(model_dir), "--plan", str(out), "--text", str(text), "--max-batches", "2"]
+    assert hf_cli.run_plan_apply(parser.parse_args(argv)) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["kv_bytes"] == plan.kv_bytes < result["kv_bytes_full"]
+    assert result["coverage"] == pytest.approx(plan.coverage)

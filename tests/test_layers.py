@@ -1,0 +1,45 @@
+"""Each package imports only what docs/architecture.md's "Layers" table allows it."""
+
+from __future__ import annotations
+
+from test_import_graph import TOP, graph, package_of
+
+LEAVES = {"choices", "validate", "atomic", "textfile", "runtime"}
+# docs/architecture.md, "may import" (lazy imports count; reading aah.__version__ does not).
+ALLOWED: dict[str, set[str]] = {
+    **{leaf: set() for leaf in LEAVES},
+    "records": {"atomic", "textfile"},
+    "attention": {"choices"},
+    "model": {"attention", "choices", "validate"},
+    "data": {"atomic", "validate"},
+    "controller": {"attention", "textfile", "validate"},
+    "eval": {"model", "data", "attention"},
+    "train": {"model", "data", "controller", "eval", "records", "atomic", "validate"},
+    "sweep": {"train", "controller", "records", "textfile", "validate"},
+    "report": {"records", "sweep", "train", "controller", "data"},
+    "posthoc": {"train", "eval", "model", "data", "controller", "attention", "report", "validate"},
+    "integrations": {"attention", "controller", "model"},
+}
+BELOW_CLI = set(TOP) - {"cli", "bench", "__main__"}
+
+
+def test_every_package_has_a_row():
+    assert set(TOP) - {"cli", "bench", "__main__"} == set(ALLOWED)
+
+
+def test_packages_import_only_what_their_layer_allows():
+    edges = graph(package_of)
+    extra = {pkg: sorted(edges.get(pkg, set()) - allowed) for pkg, allowed in ALLOWED.items()}
+    assert not any(extra.values()), {pkg: names for pkg, names in extra.items() if names}
+
+
+def test_benchmarks_use_only_the_flag_vocabulary_of_the_cli():
+    edges = graph(lambda m: m)
+    used = {package_of(t) if t.split(".")[1] != "cli" else t for t in edges_from("bench", edges)}
+    outside = used - BELOW_CLI - {"bench"}
+    assert outside == {"aah.cli.flags"}, sorted(outside)
+
+
+def edges_from(package: str, edges: dict[str, set[str]]) -> set[str]:
+    """Every module the modules of `package` import."""
+    return set().union(*(t for src, t in edges.items() if package_of(src) == package))
