@@ -349,6 +349,7 @@ def test_recall_suite_gets_an_accuracy_section(tmp_path: Path) -> None:
     assert "### Recall accuracy" in text and "accuracy at 32-63" in text
     line = next(x for x in text.splitlines() if x.startswith("| `fixed` | `full` |"))
     assert "-0.860" in line and "undecided" in line  # three seeds: never decided
+    assert line.endswith("| -0.700 (not matched) |")  # write_cell: fixed 0.3 vs full 1.0
     write_csv(
         tmp_path / "recall.csv", [{k: v for k, v in r.items() if k != "val_acc_far"} for r in rows]
     )

@@ -15,7 +15,14 @@ from aah.report.suite_data import Suite
 
 METRIC = "val_acc_far"
 HEADER = "regime | n | accuracy mean ± sd | accuracy at {far} mean ± sd | causal coverage"
-PAIRED = "regime | vs | Δ accuracy at {far} | 95% CI | p | Holm p | seeds lower | verdict"
+PAIRED = (
+    "regime | vs | Δ accuracy at {far} | 95% CI | p | Holm p | seeds lower | verdict | "
+    "Δ causal coverage"
+)
+#: A paired comparison whose mean coverages differ by more than this is flagged: the regime
+#: may reach more (or fewer) far answers because it computes more, not because it allocates
+#: better.
+COVERAGE_GAP = 0.05
 
 
 def is_task_suite(suite: Suite) -> bool:
@@ -23,14 +30,22 @@ def is_task_suite(suite: Suite) -> bool:
     return bool(suite.rows) and all(r.get(METRIC) is not None for r in suite.rows)
 
 
-def _rows(family: list[comparisons.Comparison]) -> list[list[str]]:
+def coverage_gap(suite: Suite, regime: str, other: str) -> float:
+    """Mean final causal coverage of `regime` minus that of `other`."""
+    mine = stats.mean(suite.values(regime, "causal_coverage"))
+    return mine - stats.mean(suite.values(other, "causal_coverage"))
+
+
+def _rows(suite: Suite, family: list[comparisons.Comparison]) -> list[list[str]]:
     out = []
     for comp in family:
         e = comp.pair.estimate
+        gap = coverage_gap(suite, comp.pair.regime, comp.pair.baseline)
+        flag = " (not matched)" if abs(gap) > COVERAGE_GAP else ""
         out.append([
             f"`{comp.pair.regime}`", f"`{comp.pair.baseline}`", fmt(e.mean, "+.3f"),
             ci_text(e.ci, "+.3f"), p_text(e.p), p_text(comp.holm_p),
-            f"{comp.pair.lower}/{comp.pair.n}", comp.verdict,
+            f"{comp.pair.lower}/{comp.pair.n}", comp.verdict, f"{gap:+.3f}{flag}",
         ])  # fmt: skip
     return out
 
@@ -70,9 +85,15 @@ def accuracy_section(suite: Suite, verdict_rule: str) -> list[str]:
             f"Paired on seed, {name} (Δ = regime − the other; Holm over the {len(family)} "
             "comparisons of this table):",
             "",
-            *table(PAIRED.format(far=far).split(" | "), _rows(family)),
+            *table(PAIRED.format(far=far).split(" | "), _rows(suite, family)),
             "",
         ]
     if families:
-        lines += [verdict_rule, ""]
+        lines += [
+            verdict_rule,
+            f"Δ causal coverage: the regime's mean final coverage minus the other's; beyond "
+            f"±{COVERAGE_GAP} the pair is flagged as not matched in coverage, and a difference "
+            "in accuracy may come from computing more context rather than allocating it better.",
+            "",
+        ]
     return lines
