@@ -37,8 +37,10 @@ def mass_beyond(
     positions: torch.Tensor | None = None,
     scale: float | None = None,
     chunks: int = 4,
+    sinks: int = 0,
 ) -> torch.Tensor:
-    """(Hq, n_windows) float32 on CPU: see the module docstring.
+    """(Hq, n_windows) float32 on CPU: see the module docstring. With `sinks` = s, the keys
+    j < s count as kept (a head with sinks sees them whatever its window).
 
     `positions` (S,) distinct query positions replace the seeded sample; `scale` defaults to
     1 / sqrt(D). `v` is accepted for a uniform signature and not read.
@@ -51,12 +53,12 @@ def mass_beyond(
         pos = positions.to(q.device).sort().values
         qs = q[:, :, pos].float().mul_(scale)  # (B, Hq, S, D)
         parts = torch.tensor_split(torch.arange(pos.numel()), min(chunks, pos.numel()))
-        rows = [_full_rows_mass(qs[:, :, i], pos[i], k, candidates) for i in parts]
+        rows = [_full_rows_mass(qs[:, :, i], pos[i], k, candidates, sinks) for i in parts]
         return torch.cat(rows, dim=2).mean(dim=(0, 2)).cpu()
 
 
 def _full_rows_mass(
-    qs: torch.Tensor, pos: torch.Tensor, k: torch.Tensor, candidates: Sequence[int]
+    qs: torch.Tensor, pos: torch.Tensor, k: torch.Tensor, candidates: Sequence[int], sinks: int = 0
 ) -> torch.Tensor:
     """(B, Hq, S, n_windows) for scaled queries qs (B, Hq, S, D) at sorted positions pos."""
     batch, n_q, n_s, dim = qs.shape
@@ -70,7 +72,14 @@ def _full_rows_mass(
     dist = (pos.view(n_s, 1) - torch.arange(hi, device=qs.device)).float()
     dist = torch.where(dist >= 0, dist, float(k.shape[2] + 1))  # future: outside every window
     full = torch.softmax(scores + _bias(dist, k.shape[2]), dim=-1)
-    return _mass_beyond(full, pos, candidates)
+    lost = _mass_beyond(full, pos, candidates)
+    if sinks > 0:  # the sink keys j < min(s, i - w + 1) are kept: take their mass back
+        s = min(sinks, hi)
+        before = torch.nn.functional.pad(full[..., :s].double().cumsum(-1), (1, 0))
+        ends = torch.stack([(pos - int(w) + 1).clamp(0, s) for w in candidates], dim=-1)
+        kept = torch.gather(before, 3, ends.view(1, 1, n_s, -1).expand(batch, n_q, n_s, -1))
+        lost = (lost.double() - kept).clamp(0.0, 1.0).to(lost.dtype)
+    return lost
 
 
 def _bias(dist: torch.Tensor, window: int) -> torch.Tensor:
