@@ -23,7 +23,7 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from aah.attention.masks import window_mask
+from aah.attention.masks import window_allows, window_mask
 from aah.attention.sdpa_lse import attention_with_lse, attention_with_lse_backward
 
 
@@ -109,15 +109,14 @@ def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 @lru_cache(maxsize=16)
 def band_mask(geo: BandGeometry, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """Additive mask, (b, L) or per head (1, H, b, L): query r sees span key c iff
-    w' - w_h < c - r <= w'."""
+    w' - w_h < c - r <= w' (query r sits w' + r - c positions after key c in every block)."""
     r = torch.arange(geo.block, device=device)[:, None]
     c = torch.arange(geo.span, device=device)[None, :]
-    offset = c - r
     if geo.uniform:
         windows: torch.Tensor | int = geo.window
     else:
         windows = torch.tensor(geo.windows, device=device).view(1, -1, 1, 1)
-    return additive_mask((offset <= geo.span_before) & (offset > geo.span_before - windows), dtype)
+    return additive_mask(window_allows(geo.span_before + r, c, windows), dtype)
 
 
 @lru_cache(maxsize=4)

@@ -18,6 +18,7 @@ from functools import lru_cache
 import torch
 
 from aah.attention.band_layout import BandGeometry, additive_mask
+from aah.attention.masks import window_allows
 from aah.attention.sdpa_lse import attention_with_lse, attention_with_lse_backward
 
 
@@ -36,15 +37,16 @@ def sinks_executed(geo: BandGeometry) -> int:
 
 @lru_cache(maxsize=16)
 def sink_mask(geo: BandGeometry, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """(1, Hs, R, S) additive: row r (position P + r) of head h sees key j iff j < s_h and
-    j <= P + r - w_h."""
+    """(1, Hs, R, S) additive: row r (position P + r) of head h sees key j iff the window rule
+    allows it through its sinks but not through its window (j < s_h and j <= P + r - w_h)."""
     heads = sink_heads(geo)
     width = max(geo.sinks)
     pos = geo.prefix + torch.arange(geo.n_blocks * geo.block, device=device)[:, None]
     key = torch.arange(width, device=device)[None, :]
     windows = torch.tensor([geo.windows[h] for h in heads], device=device).view(-1, 1, 1)
     sinks = torch.tensor([geo.sinks[h] for h in heads], device=device).view(-1, 1, 1)
-    return additive_mask((key < sinks) & (key <= pos - windows), dtype).unsqueeze(0)
+    allowed = window_allows(pos, key, windows, sinks) & ~window_allows(pos, key, windows)
+    return additive_mask(allowed, dtype).unsqueeze(0)
 
 
 def _inputs(qp, kp, vp, geo: BandGeometry):  # type: ignore[no-untyped-def]

@@ -15,6 +15,8 @@ from functools import cache, lru_cache
 
 import torch
 
+from aah.attention.masks import window_allows
+
 Sinks = tuple[int, ...] | None  # per query head; None: no sinks
 
 TILE = 128  # FlexAttention's default block size, used for the BlockMask and the cost count
@@ -34,17 +36,11 @@ def block_mask(windows: tuple[int, ...], seq_len: int, device: str, sinks: Sinks
     from torch.nn.attention.flex_attention import create_block_mask
 
     window_of_head = torch.tensor(windows, device=device)
-    if sinks is None:
+    sinks_of_head = None if sinks is None else torch.tensor(sinks, device=device)
 
-        def sliding_window(b, h, q_idx, kv_idx):  # type: ignore[no-untyped-def]
-            return (kv_idx <= q_idx) & (q_idx - kv_idx < window_of_head[h])
-
-    else:
-        sinks_of_head = torch.tensor(sinks, device=device)
-
-        def sliding_window(b, h, q_idx, kv_idx):  # type: ignore[no-untyped-def]
-            near = q_idx - kv_idx < window_of_head[h]
-            return (kv_idx <= q_idx) & (near | (kv_idx < sinks_of_head[h]))
+    def sliding_window(b, h, q_idx, kv_idx):  # type: ignore[no-untyped-def]
+        sink = None if sinks_of_head is None else sinks_of_head[h]
+        return window_allows(q_idx, kv_idx, window_of_head[h], sink)
 
     return create_block_mask(
         sliding_window, B=None, H=len(windows), Q_LEN=seq_len, KV_LEN=seq_len, device=device

@@ -69,6 +69,7 @@ def run_lab(args: argparse.Namespace, extra: list[str] | None = None) -> int:
 
     from aah.attention import windowed_attention
     from aah.attention.cost import causal_pairs, window_pairs
+    from aah.attention.masks import window_allows
 
     n, w = args.seq_len, args.window
     dtype = getattr(torch, args.dtype)
@@ -81,7 +82,7 @@ def run_lab(args: argparse.Namespace, extra: list[str] | None = None) -> int:
 
     # 1. The causal mask M (0 allowed, -inf blocked) and a real softmax under it.
     pos = torch.arange(n)
-    causal = pos[None, :] <= pos[:, None]  # (n, n): key j <= query i
+    causal = window_allows(pos[:, None], pos[None, :], n)  # (n, n): key j <= query i
     c = min(args.corner, n)
     print(f"causal mask M[:{c}, :{c}] (0 = allowed, -inf = blocked; upper triangle blocked):")
     for i in range(c):
@@ -97,7 +98,7 @@ def run_lab(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     )
 
     # 2. Allowed connections: full causal against a local window of w.
-    local = (pos[:, None] - pos[None, :] < w) & causal
+    local = window_allows(pos[:, None], pos[None, :], w)
     full_count, local_count = int(causal.sum()), int(local.sum())
     we = min(w, n)
     print(f"allowed connections per head, n = {n}, w = {w}:")

@@ -40,6 +40,7 @@ from aah.integrations.hf_layout import (  # noqa: F401  (FAMILIES: re-exported)
     layout,
     require_transformers,
 )
+from aah.validate import is_int
 
 IMPLEMENTATION = "aah"
 # Where `apply` remembers the implementation to go back to.
@@ -77,7 +78,7 @@ def plan_sinks(plan: Any, sinks: Any, n_layer: int, n_head: int) -> list[list[in
         sinks = getattr(plan, "sinks", None)
     if sinks is None:
         return None
-    if isinstance(sinks, int) and not isinstance(sinks, bool):
+    if is_int(sinks):
         if sinks < 0:
             raise ValueError(f"sinks must be >= 0, got {sinks}")
         rows = [[sinks] * n_head for _ in range(n_layer)]
@@ -86,7 +87,7 @@ def plan_sinks(plan: Any, sinks: Any, n_layer: int, n_head: int) -> list[list[in
             rows = [[s for s in row] for row in sinks]
         except TypeError:
             raise ValueError(f"sinks must be an int or [layer][head] ints, got {sinks!r}") from None
-        bad = [s for row in rows for s in row if isinstance(s, bool) or not isinstance(s, int)]
+        bad = [s for row in rows for s in row if not is_int(s)]
         if bad or any(s < 0 for row in rows for s in row):
             raise ValueError(f"every sink must be an int >= 0, got {sinks!r:.80}")
         if len(rows) != n_layer or any(len(row) != n_head for row in rows):

@@ -30,6 +30,7 @@ from aah.attention.cost import window_pairs
 from aah.controller.budget import pair_cap
 from aah.controller.plan import Plan
 from aah.model.cache_layout import kv_capacities, kv_sinks
+from aah.validate import check_int
 
 
 @dataclass(frozen=True)
@@ -104,8 +105,7 @@ def allocate_kv_heads(
         raise ValueError(f"{n_head} query heads do not split into {n_kv} KV heads")
     if len(shape.sliding) != n_layer:
         raise ValueError(f"shape has {len(shape.sliding)} layers, mass has {n_layer}")
-    if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
-        raise ValueError(f"sinks must be an int >= 0, got {sinks!r}")
+    check_int("sinks", sinks, minimum=0)
     group = n_head // n_kv
     units = mass.double().reshape(n_layer * n_kv, group, n_w).sum(dim=1).numpy()
     if (budget is None) == (kv_budget is None):

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from aah.attention import windowed_attention
+from aah.attention.masks import window_allows
 from aah.integrations.hf_padding import check_sinks_kept, query_slots, row_pads
 
 WINDOWS_ATTR = "aah_windows"
@@ -161,13 +162,14 @@ def suffix_attention(
     device = q.device
     slots = query_slots(q_len, k_len, device)
     keys = torch.arange(k_len, device=device)
-    dist = slots[:, None] - keys  # (Tq, Tk)
     w = torch.tensor(list(windows), device=device).view(1, n_q, 1, 1)
     s = torch.tensor(list(sinks or [0] * n_q), device=device).view(1, n_q, 1, 1)
     pad = pads if pads is not None else torch.zeros(batch, dtype=torch.long, device=device)
     pad = pad.to(device).view(batch, 1, 1, 1)
-    real_key = keys.view(1, 1, 1, k_len) - pad  # the key's real position per row
-    allowed = (dist >= 0) & (real_key >= 0) & ((dist < w) | (real_key < s))  # (B, Hq, Tq, Tk)
+    # Real positions per row: the window and sinks count from the row's first real token.
+    real_query = slots.view(1, 1, q_len, 1) - pad
+    real_key = keys.view(1, 1, 1, k_len) - pad
+    allowed = window_allows(real_query, real_key, w, s) & (real_key >= 0)  # (B, Hq, Tq, Tk)
     qg = q.float().reshape(batch, n_kv, group * q_len, dim)
     scores = torch.matmul(qg, k.float().transpose(-1, -2)).mul_(scale)
     scores = scores.view(batch, n_q, q_len, k_len).masked_fill(~allowed, float("-inf"))

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from aah.controller.mass import mass_beyond
+from aah.validate import check_int
 
 
 def mass_beyond_given_sinks(
@@ -34,8 +35,7 @@ def mass_beyond_given_sinks(
     """(Hq, n_windows) float32 on CPU: the mean share of each sampled full causal row on keys
     s <= j <= i - w (module docstring). `positions` (S,) replace the seeded sample; `scale`
     defaults to 1 / sqrt(D)."""
-    if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
-        raise ValueError(f"sinks must be an int >= 0, got {sinks!r}")
+    check_int("sinks", sinks, minimum=0)
     return mass_beyond(
         q, k, k, candidates, sample_queries=sample_queries, seed=seed, positions=positions,
         scale=scale, chunks=chunks, sinks=sinks,

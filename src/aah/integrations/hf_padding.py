@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from aah.attention.masks import window_allows
+
 # Additive mask values at or below this count as "masked" (exp(-1e4) is 0 in every float dtype).
 MASKED_BELOW = -1.0e4
 
@@ -50,11 +52,10 @@ def causal_pattern(
     q_len: int, k_len: int, sliding_window: int | None, device: torch.device
 ) -> torch.Tensor:
     """(Tq, Tk) bool: query i (at slot k_len - q_len + i) may see key j."""
-    dist = query_slots(q_len, k_len, device)[:, None] - torch.arange(k_len, device=device)
-    allowed = dist >= 0
-    if sliding_window is not None:
-        allowed &= dist < sliding_window
-    return allowed
+    window = k_len if sliding_window is None else sliding_window  # k_len: plain causal
+    return window_allows(
+        query_slots(q_len, k_len, device)[:, None], torch.arange(k_len, device=device), window
+    )
 
 
 def query_slots(q_len: int, k_len: int, device: torch.device) -> torch.Tensor:

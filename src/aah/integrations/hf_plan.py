@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from aah.controller.plan import Plan, check_plan
+from aah.validate import is_int
 
 FIELDS = (
     "windows", "budget", "coverage", "candidates", "model", "seq_len", "lost_mass", "sinks",
@@ -54,16 +55,10 @@ class SearchedPlan:
             if (
                 not isinstance(self.sinks, list)
                 or [len(r) for r in self.sinks] != shape
-                or any(
-                    isinstance(s, bool) or not isinstance(s, int) or s < 0
-                    for r in self.sinks
-                    for s in r
-                )
+                or any(not is_int(s) or s < 0 for r in self.sinks for s in r)
             ):
                 raise ValueError(f"sinks must be ints >= 0 shaped like windows, got {self.sinks!r}")
-        if not self.candidates or any(
-            isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in self.candidates
-        ):
+        if not self.candidates or any(not is_int(c) or c < 1 for c in self.candidates):
             raise ValueError(f"candidates must be ints >= 1, got {self.candidates!r}")
         for name in ("budget", "coverage"):
             value = getattr(self, name)

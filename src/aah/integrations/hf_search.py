@@ -31,6 +31,7 @@ from aah.integrations.hf_allocate import KVShape, allocate_kv_heads, kv_shape, p
 from aah.integrations.hf_data import TextLike, token_batches
 from aah.integrations.hf_mass import mass_beyond_given_sinks
 from aah.integrations.hf_plan import SearchedPlan
+from aah.validate import check_int
 
 DEFAULT_SEQ_LEN = 512
 
@@ -60,8 +61,7 @@ def measure_mass(
     """(n_layer, Hq, n_windows) float64: mean attention mass beyond each candidate window and
     outside the first `sinks` keys."""
     cands = check_candidates(candidates)
-    if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
-        raise ValueError(f"sinks must be an int >= 0, got {sinks!r}")
+    check_int("sinks", sinks, minimum=0)
     if not batches:
         raise ValueError("no calibration batches")
     lay = layout(model)

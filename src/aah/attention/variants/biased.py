@@ -22,31 +22,26 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from aah.attention.band_layout import BandGeometry
+from aah.attention.band_layout import BandGeometry, block_size_for
+from aah.attention.masks import window_allows
 from aah.attention.variants.base import masked_attention
 
 BiasFn = Callable[[torch.Tensor], torch.Tensor]  # distances (*S) -> (H, *S)
-
-
-def block_for(window: int) -> int:
-    """Small blocks waste less of the band, large blocks run the kernel faster."""
-    return 32 if window <= 64 else 64
 
 
 def biased_executed(windows: tuple[int, ...], seq_len: int) -> int:
     """Score elements `grouped_biased_attention` computes per batch element."""
     total = 0
     for w in {min(x, seq_len) for x in windows}:
-        geo = BandGeometry((w,), seq_len, block_for(w))
+        geo = BandGeometry((w,), seq_len, block_size_for(w))
         heads = sum(min(x, seq_len) == w for x in windows)
         total += heads * (w * w + geo.n_blocks * geo.block * geo.span)
     return total
 
 
-def _window_allowed(distance: torch.Tensor, windows: tuple[int, ...]) -> torch.Tensor:
-    """(H, *S) True where 0 <= distance < w_h."""
-    w = torch.tensor(windows, device=distance.device).view(-1, *([1] * distance.dim()))
-    return (distance >= 0) & (distance < w)
+def _per_head(windows: tuple[int, ...], dims: int, device: torch.device) -> torch.Tensor:
+    """(H, 1, ..., 1) windows that broadcast against `dims` position dimensions."""
+    return torch.tensor(windows, device=device).view(-1, *([1] * dims))
 
 
 def dense_biased_attention(
@@ -59,8 +54,8 @@ def dense_biased_attention(
 ) -> torch.Tensor:
     """The explicit path: one (H, T, T) bias-and-window mask; O(H T^2) memory and work."""
     pos = torch.arange(q.shape[2], device=q.device)
-    distance = pos[:, None] - pos[None, :]
-    return masked_attention(q, k, v, _window_allowed(distance, windows), bias(distance), scale)
+    allowed = window_allows(pos[:, None], pos[None, :], _per_head(windows, 2, q.device))
+    return masked_attention(q, k, v, allowed, bias(pos[:, None] - pos[None, :]), scale)
 
 
 def biased_window_attention(
@@ -78,8 +73,8 @@ def biased_window_attention(
     out_pre = dense_biased_attention(q[:, :, pre], k[:, :, pre], v[:, :, pre], windows, bias, scale)
     if w == seq_len:
         return out_pre
-    # The engine's band layout (aah.attention.banded), with this path's own block size.
-    geo = BandGeometry((w,), seq_len, block_for(w))
+    # The engine's band layout and block size (aah.attention.banded).
+    geo = BandGeometry((w,), seq_len, block_size_for(w))
     b, w_pad, span, n, back = geo.block, geo.span_before, geo.span, geo.n_blocks, geo.back_pad
     # Keys padded so span m starts at padded index m * b; front padding sits beyond every
     # window (distance > w) and back padding in the future, so the tile's mask hides both.
@@ -90,8 +85,9 @@ def biased_window_attention(
     spans_v = vp.unfold(2, span, b).permute(0, 2, 1, 4, 3)
     r = torch.arange(b, device=q.device)[:, None]
     c = torch.arange(span, device=q.device)[None, :]
-    distance = w_pad + r - c  # (b, L), the same for every block
-    tile = _window_allowed(distance, windows)
+    # Row r sits at distance w_pad + r - c from column c, the same for every block.
+    tile = window_allows(w_pad + r, c, _per_head(windows, 2, q.device))
+    distance = w_pad + r - c
     out_blk = masked_attention(
         qb.reshape(batch * n, n_head, b, dim),
         spans_k.reshape(batch * n, k.shape[1], span, dim),
