@@ -64,6 +64,27 @@ def test_exact_features_match_brute_force(hq, hkv, t, windows):
     torch.testing.assert_close(look[:, :2], got[:, :2])
 
 
+@pytest.mark.parametrize(
+    ("hq", "hkv", "t", "windows"),
+    [(4, 4, 37, [1, 5, 16, 100]), (6, 2, 300, [300, 3, 8, 8, 2, 40])],
+)
+def test_forward_output_gives_the_same_features_from_a_key_only_pass(hq, hkv, t, windows):
+    q, k, v = make_qkv(2, hq, hkv, t, 8, seed=t + 1)
+    ent, norm, _, probs, _ = brute(q, k, v, windows)
+    g = hq // hkv
+    out = (probs @ v.double().repeat_interleave(g, 1)).float()  # what the forward computed
+    got = attention_stats(q, k, v, windows, out=out).double()
+    torch.testing.assert_close(got[:, 0], ent.mean(dim=(0, 2)) / math.log(t), atol=1e-5, rtol=0)
+    torch.testing.assert_close(got[:, 1], norm.mean(dim=(0, 2)), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[:, 2], probs[..., -1].mean(dim=(0, 2)), atol=1e-6, rtol=0)
+    # The norms really come from `out`: a scaled output scales them and nothing else.
+    scaled = attention_stats(q, k, v, windows, out=2 * out).double()
+    torch.testing.assert_close(scaled[:, 1], 2 * got[:, 1])
+    torch.testing.assert_close(scaled[:, [0, 2]], got[:, [0, 2]])
+    with pytest.raises(ValueError, match="out must have q's shape"):
+        attention_stats(q, k, v, windows, out=out[:, :1])
+
+
 def test_sampled_rows_estimate_the_same_rows_exactly():
     q, k, v = make_qkv(2, 4, 2, 120, 8, seed=1)
     windows = [120, 7, 30, 64]

@@ -328,3 +328,29 @@ def test_bad_dimensions_raise():
     pol = policy("aah-v3-full-adaptive")
     with pytest.raises(ValueError, match="layers"):
         pol.update(0, qkv(0, layers=2))
+
+
+def test_captured_attention_outputs_give_the_same_decisions():
+    """The loop passes each forward's attention output (`GPT`'s 4th captured item); the
+    policy's statistics from it equal those of its own full pass, and so do its plans."""
+    from aah.attention import windowed_attention
+
+    def with_outputs(pol, step):
+        acts = qkv(step)
+        plan = pol.current_plan()
+        return [
+            (q, k, v, windowed_attention(q, k, v, tuple(w)))
+            for (q, k, v), w in zip(acts, plan, strict=True)
+        ]
+
+    plain, fed = policy("aah-v3-full-adaptive"), policy("aah-v3-full-adaptive")
+    for step in range(12):
+        if not plain.wants_update(step):
+            continue
+        seen = qkv(step) if plain.wants_activations(step) else None
+        given = with_outputs(fed, step) if fed.wants_activations(step) else None
+        assert plain.update(step, seen) == fed.update(step, given)
+        if plain._pending is not None:
+            for a, b in zip(plain._pending, fed._pending, strict=True):
+                torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert plain.current_plan() == fed.current_plan()

@@ -54,9 +54,22 @@ def test_shapes_and_capture():
     logits2, qkv = model(x, capture_qkv=True)
     torch.testing.assert_close(logits, logits2)
     assert len(qkv) == 2
-    q, k, v = qkv[0]
+    q, k, v, out = qkv[0]
     assert q.shape == (3, 4, 11, 8) and k.shape == (3, 2, 11, 8) and v.shape == (3, 2, 11, 8)
     assert not any(t.requires_grad for t in qkv[1])
+    # The 4th item is the attention output itself: SDPA on the captured q, k, v.
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(out, expected)
+
+
+def test_capture_has_no_output_where_it_is_not_plain_windowed_softmax():
+    torch.manual_seed(0)
+    x = torch.randint(0, 256, (2, 9))
+    model = GPT(tiny())
+    model.set_window_plan([[3, 9, 2, 9]] * 2, sinks=[[1, 0, 0, 0]] * 2)
+    assert all(acts[3] is None for acts in model(x, capture_qkv=True)[1])
+    variant = GPT(tiny(attention="kernel"))
+    assert all(acts[3] is None for acts in variant(x, capture_qkv=True)[1])
 
 
 @pytest.mark.parametrize("position", ["rope", "learned", "none"])

@@ -44,8 +44,10 @@ def policy_plans(
     policy runs on the step before its next decision (the AAH-v3 attention features).
     """
     cfg = model.config
+    full = [[cfg.max_seq_len] * cfg.n_head for _ in range(cfg.n_layer)]
+    model.set_window_plan(full)
     with torch.no_grad():
-        _, qkv = model(x, capture_qkv=True)
+        _, acts = model(x, capture_qkv=True)
     out = {}
     for name in policies:
         control = ControllerConfig(policy=name, warmup_steps=0, budget=budget)
@@ -54,12 +56,20 @@ def policy_plans(
             seq_len=cfg.max_seq_len,
         )  # fmt: skip
         start = time.perf_counter()
-        plan = policy.update(0, qkv)
+        plan = policy.update(0, acts)
+        seconds = time.perf_counter() - start
+        assert plan is not None
         before_next = control.interval - 1
         if before_next > 0 and policy.wants_activations(before_next):
-            policy.update(before_next, qkv)
-        assert plan is not None
-        out[name] = (plan, time.perf_counter() - start)
+            # As in training: that step's forward ran under the new plan (not timed).
+            model.set_window_plan(plan)
+            with torch.no_grad():
+                _, under_plan = model(x, capture_qkv=True)
+            start = time.perf_counter()
+            policy.update(before_next, under_plan)
+            seconds += time.perf_counter() - start
+        out[name] = (plan, seconds)
+    model.set_window_plan(full)
     return out
 
 

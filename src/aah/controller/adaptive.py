@@ -116,7 +116,7 @@ class AdaptivePolicy(BasePolicy):
         for layer, ctl in enumerate(self._layers):
             inputs = None
             if qkv is not None and ctl.needs_inputs(step):
-                q, k, v = (t.detach() for t in qkv[layer])
+                q, k, v = (t.detach() for t in qkv[layer][:3])
                 attn = None if self._pending is None else self._pending[layer]
                 if attn is None and step > 0:  # no capture before (e.g. an old checkpoint)
                     attn = self._attention((q, k, v), in_force[layer])
@@ -144,12 +144,17 @@ class AdaptivePolicy(BasePolicy):
         self._plan = plan
         return self.current_plan()
 
-    def _attention(self, qkv: tuple[torch.Tensor, ...], windows: list[int]) -> torch.Tensor:
-        q, k, v = (t.detach() for t in qkv)
+    def _attention(self, acts: tuple[torch.Tensor | None, ...], windows: list[int]) -> torch.Tensor:
+        q, k, v = (t.detach() for t in acts[:3])  # type: ignore[union-attr]
         rows = None
         if self.cfg.feature_rows:
             rows = sample_rows(q.shape[2], self.cfg.feature_rows, self._sample_seed)
-        return attention_stats(q, k, v, windows, rows=rows, usage=self.cfg.usage)
+        # The forward's own output saves half the pass; in float32 only, so that mixed
+        # precision training measures the same statistics as the float32 pass would.
+        out = acts[3] if len(acts) > 3 else None
+        if out is not None and out.dtype != torch.float32:
+            out = None
+        return attention_stats(q, k, v, windows, rows=rows, usage=self.cfg.usage, out=out)
 
     # -- state -----------------------------------------------------------------------------
     def _state(self) -> dict:

@@ -125,7 +125,7 @@ class BasePolicy:
         if len(qkv) != self.n_layer:
             raise ValueError(f"expected (q, k, v) for {self.n_layer} layers, got {len(qkv)}")
         out = []
-        for layer, (q, k, v) in enumerate(qkv):
+        for layer, (q, k, v, *_) in enumerate(qkv):
             if q.dim() != 4 or q.shape[1] != self.n_head or k.shape[1] != self.n_kv_head:
                 raise ValueError(
                     f"layer {layer}: q {tuple(q.shape)} / k {tuple(k.shape)} do not "

@@ -13,7 +13,8 @@ h // (Hq // Hkv). Feature row (`BASE_FEATURES` order), 9 per head or group:
 
 Features 6-8 describe the previous forward's attention; a group's are the mean of its heads'.
 `attention_stats` gets them exactly in one windowed pass of the fused attention kernel per
-window (cost ~ T (w + b) per head, as a forward of the banded backend), or from `rows`
+window (cost ~ T (w + b) per head, as a forward of the banded backend; half that when the
+forward's own attention output is passed in, as the training loop does), or from `rows`
 sampled rows as a cheaper estimate. The entropy is computed as lse - E_p[score], which
 leaves out the method's 1e-9 inside the log (at most T * 1e-9 per row); in float32 the
 difference of two numbers of the size of the scores also costs up to ~1e-8 x max |score|
@@ -52,6 +53,13 @@ N_BASE = len(BASE_FEATURES)
 ROW_BLOCK = 256
 #: Inside the log of the entropy, as the method writes it: -sum p log(p + 1e-9).
 ENTROPY_EPS = 1e-9
+
+
+def _heads(x: torch.Tensor, idx: list[int]) -> torch.Tensor:
+    """x[:, idx] in float32; a view, not a copy, when idx is a run of consecutive heads."""
+    if idx == list(range(idx[0], idx[0] + len(idx))):
+        return x[:, idx[0] : idx[0] + len(idx)].float()
+    return x[:, idx].float()
 
 
 def _kv_index(n_q: int, n_kv: int, heads: Sequence[int]) -> list[int]:
@@ -120,37 +128,46 @@ def attention_stats(
     rows: torch.Tensor | None = None,
     usage: Usage = "last-key",
     scale: float | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(Hq, 3) float32: entropy / log T, output norm, usage (module docstring).
 
     `windows` is the window in force per query head (w >= T: full causal). `rows`, sorted
     distinct positions, turns the exact pass over every row into an estimate from those rows.
+    `out` (B, Hq, T, D), the attention output the forward already computed under `windows`,
+    halves the exact pass: the norms come from it, and the pass carries keys only.
     """
     check_choice("usage", usage, Usage)
     batch, n_q, seq_len, dim = q.shape
     if len(windows) != n_q:
         raise ValueError(f"expected one window per query head ({n_q}), got {len(windows)}")
+    if out is not None and out.shape != q.shape:
+        raise ValueError(f"out must have q's shape {tuple(q.shape)}, got {tuple(out.shape)}")
+    reuse = out is not None and rows is None and usage == "last-key"
     scale = dim**-0.5 if scale is None else scale
     pos = torch.arange(seq_len) if rows is None else rows.cpu()
-    out = torch.zeros(n_q, 3, dtype=torch.float64)
+    stats = torch.zeros(n_q, 3, dtype=torch.float64)
     buckets: dict[int, list[int]] = {}
     for h, w in enumerate(windows):
         buckets.setdefault(min(int(w), seq_len), []).append(h)
     with torch.no_grad():
         for w, heads in buckets.items():
             kv = _kv_index(n_q, k.shape[1], heads)
-            qh, kh, vh = q[:, heads].float(), k[:, kv].float(), v[:, kv].float()
-            if rows is None:
+            qh, kh = _heads(q, heads), _heads(k, kv)
+            vh = None if reuse else _heads(v, kv)
+            if reuse:
+                sums = _key_pass_sums(qh, kh, _heads(out, heads), w, scale)  # type: ignore[arg-type]
+            elif rows is None:
                 sums = _exact_sums(qh, kh, vh, w, scale, usage)
             else:
                 sums = torch.zeros(len(heads), 3, dtype=torch.float64)
                 for chunk in torch.split(pos, ROW_BLOCK):
                     sums += _row_sums(qh, kh, vh, chunk.to(q.device), w, scale, usage)
-            out[heads] = sums / (batch * pos.numel())
+            stats[heads] = sums / (batch * pos.numel())
             if usage == "last-key":
-                out[heads, 2] = _last_key(qh, kh, w, scale).double() / (batch * seq_len)
-    out[:, 0] /= max(1.0, math.log(seq_len))
-    return out.float()
+                stats[heads, 2] = _last_key(qh, kh, w, scale).double() / (batch * seq_len)
+    stats[:, 0] /= max(1.0, math.log(seq_len))
+    return stats.float()
 
 
 def _exact_sums(qh, kh, vh, w: int, scale: float, usage: str) -> torch.Tensor:  # type: ignore[no-untyped-def]
@@ -183,6 +200,23 @@ def _exact_sums(qh, kh, vh, w: int, scale: float, usage: str) -> torch.Tensor:  
     else:
         sums.append(torch.zeros_like(sums[0]))
     return torch.stack(sums, dim=-1)
+
+
+def _key_pass_sums(qh, kh, out_h, w: int, scale: float) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """(heads, 3) float64 sums over batch and every row: entropy, norm of `out_h`, zero.
+
+    One windowed pass of the fused kernel with the keys as values gives each row's lse and
+    P K, hence its entropy lse - scale q . (P K); `out_h` is the forward's own P V.
+    """
+    n_h, seq_len = qh.shape[1], qh.shape[2]
+    if w >= seq_len:
+        pk, lse = attention_with_lse(qh, kh, kh, scale, causal=True)
+    else:
+        pk, lse = forward_with_lse(qh, kh, kh, (w,) * n_h, scale)
+    entropy = (lse.float() - scale * torch.linalg.vecdot(qh, pk)).clamp_min(0.0)
+    norm = torch.linalg.vector_norm(out_h, dim=-1)
+    sums = [t.sum(dim=(0, 2), dtype=torch.float64) for t in (entropy, norm)]
+    return torch.stack([*sums, torch.zeros_like(sums[0])], dim=-1)
 
 
 def _row_sums(qh, kh, vh, pos: torch.Tensor, w: int, scale: float, usage: str) -> torch.Tensor:  # type: ignore[no-untyped-def]

@@ -16,8 +16,13 @@ import torch
 
 from aah.controller.plan import Plan
 
-#: per layer, the detached (q, k, v) of one forward: (B, H, T, D) and (B, Hkv, T, D).
-QKV = Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+#: per layer, the detached (q, k, v) of one forward: (B, H, T, D) and (B, Hkv, T, D), and
+#: optionally a 4th item, the attention output (B, H, T, D) that forward computed under the
+#: plan in force (plain windowed softmax without sinks; None otherwise), as `GPT` captures.
+QKV = Sequence[
+    tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    | tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]
+]
 
 
 @runtime_checkable

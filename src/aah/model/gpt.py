@@ -24,7 +24,10 @@ from aah.model.cache import KVCache, LayerCache
 from aah.model.config import SCORE_BIAS_POSITIONS, GPTConfig
 from aah.model.positions import NoPosition, make_position
 
-QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+#: One layer's activations for a window controller: q and k after the position transform, v,
+#: and the attention output (B, Hq, T, D) where it is plain windowed softmax without sinks
+#: (what the controller's attention statistics describe; None otherwise).
+Activations = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]
 
 
 def plain_softmax(config: GPTConfig) -> bool:
@@ -69,9 +72,9 @@ class Attention(nn.Module):
 
     def forward(
         self, x: torch.Tensor, position: NoPosition, cache: LayerCache | None = None
-    ) -> tuple[torch.Tensor, QKV]:
-        """x (B, T, C) -> (B, T, C) and this layer's (q, k, v) after the position transform.
-        With a cache that has seen t > 0 positions, x is one token per row at position t."""
+    ) -> tuple[torch.Tensor, Activations]:
+        """x (B, T, C) -> (B, T, C) and this layer's `Activations`. With a cache that has seen
+        t > 0 positions, x is one token per row at position t."""
         b, t, _ = x.shape
         hq, hkv, d = self.n_head, self.n_kv_head, self.head_dim
         offset = 0 if cache is None else cache.length
@@ -90,8 +93,10 @@ class Attention(nn.Module):
             y = self.attend(q, k, v, self.windows)
         if cache is not None and offset == 0:
             cache.prefill(k, v)
+        plain = self.attend is None and not any(self.sinks) and (cache is None or offset == 0)
+        acts = (q, k, v, y if plain else None)
         y = y.transpose(1, 2).reshape(b, t, hq * d)
-        return self.dropout(self.proj(y)), (q, k, v)
+        return self.dropout(self.proj(y)), acts
 
 
 class MLP(nn.Module):
@@ -115,17 +120,17 @@ class Block(nn.Module):
 
     def forward(
         self, x: torch.Tensor, position: NoPosition, cache: LayerCache | None = None
-    ) -> tuple[torch.Tensor, QKV]:
-        a, qkv = self.attn(self.norm1(x), position, cache)
+    ) -> tuple[torch.Tensor, Activations]:
+        a, acts = self.attn(self.norm1(x), position, cache)
         x = x + a
-        return x + self.mlp(self.norm2(x)), qkv
+        return x + self.mlp(self.norm2(x)), acts
 
 
 class GPT(nn.Module):
     """Byte-level decoder with tied embeddings and a per-layer, per-head window plan.
 
-    `forward(idx)` -> logits (B, T, V); with `capture_qkv=True` -> (logits, [(q, k, v)] per
-    layer), detached, q and k after the position transform (what the controller reads).
+    `forward(idx)` -> logits (B, T, V); with `capture_qkv=True` -> (logits, [(q, k, v, out)]
+    per layer), detached `Activations`: what a window controller reads.
     `forward(idx, cache=cache)`: the same, at positions `cache.length` onward, through the
     cache (an empty cache takes the prompt (B, T >= 1); a filled one one token per row).
     """
@@ -154,7 +159,7 @@ class GPT(nn.Module):
 
     def forward(
         self, idx: torch.Tensor, *, capture_qkv: bool = False, cache: KVCache | None = None
-    ) -> torch.Tensor | tuple[torch.Tensor, list[QKV]]:
+    ) -> torch.Tensor | tuple[torch.Tensor, list[Activations]]:
         if idx.dim() != 2:
             raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
         t = idx.shape[1]
@@ -167,11 +172,11 @@ class GPT(nn.Module):
         if pos is not None:
             x = x + pos
         x = self.drop(x)
-        captured: list[QKV] = []
+        captured: list[Activations] = []
         for i, block in enumerate(self.blocks):
-            x, qkv = block(x, self.position, None if cache is None else cache.layer(i))
+            x, acts = block(x, self.position, None if cache is None else cache.layer(i))
             if capture_qkv:
-                captured.append(tuple(t_.detach() for t_ in qkv))  # type: ignore[arg-type]
+                captured.append(tuple(None if a is None else a.detach() for a in acts))  # type: ignore[arg-type]
         if cache is not None:
             cache.advance(t)
         logits = F.linear(self.norm(x), self.embed.weight)  # tied: (B, T, V)

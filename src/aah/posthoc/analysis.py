@@ -148,7 +148,7 @@ def measure_mass(
     total = None
     for i, chunk in enumerate(torch.split(windows, 2)):
         _, qkv = model(chunk[:, :-1], capture_qkv=True)
-        per_layer = [mass_beyond(q, k, v, candidates, seed=seed + i) for q, k, v in qkv]
+        per_layer = [mass_beyond(q, k, v, candidates, seed=seed + i) for q, k, v, *_ in qkv]
         mass = torch.stack(per_layer).double()
         total = mass if total is None else total + mass
     assert total is not None

@@ -120,7 +120,7 @@ def aah_plan(
     )
     assert isinstance(pol, AdaptivePolicy)  # the aah-v3 names build one
     rows = []
-    for ctl, (q, k, v) in zip(pol.layers, qkv, strict=True):
+    for ctl, (q, k, v, *_) in zip(pol.layers, qkv, strict=True):
         attn = attention_stats(q, k, v, [seq_len] * q.shape[1])
         idx = ctl.forward(0, LayerInputs(q, k, v, attn))
         assert idx is not None
