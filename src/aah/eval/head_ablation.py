@@ -11,7 +11,7 @@ gradients). Cost: one forward pass over the calibration windows per (head, candi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -21,17 +21,21 @@ from aah.model import GPT
 
 
 @torch.no_grad()
-def mean_loss(model: GPT, windows: torch.Tensor, batch_size: int) -> float:
-    """Mean next-byte loss (nats) of the model as it stands over (N, T + 1) windows."""
-    total, count = 0.0, 0
+def chunk_losses(
+    model: GPT, windows: torch.Tensor, batch_size: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, float]]:
+    """Per chunk of (N, T + 1) windows: (logits, targets, summed next-byte loss in nats)."""
     for chunk in torch.split(windows, batch_size):
         logits = model(chunk[:, :-1])
         target = chunk[:, 1:]
-        total += float(
-            F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), reduction="sum")
-        )
-        count += target.numel()
-    return total / count
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), reduction="sum")
+        yield logits, target, float(loss)
+
+
+def mean_loss(model: GPT, windows: torch.Tensor, batch_size: int) -> float:
+    """Mean next-byte loss (nats) of the model as it stands over (N, T + 1) windows."""
+    total = sum(loss for _, _, loss in chunk_losses(model, windows, batch_size))
+    return total / (windows.shape[0] * (windows.shape[1] - 1))
 
 
 def loss_ablation(

@@ -19,13 +19,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from aah.attention import coverage
 from aah.controller.mass import mass_beyond
 from aah.data import load_tokens
 from aah.data.loader import answer_marks
-from aah.eval.head_ablation import loss_ablation
+from aah.eval.head_ablation import chunk_losses, loss_ablation
 from aah.eval.recall import RecallCounter
 from aah.model import GPT
 from aah.posthoc.plans import AAH, BUDGETED, aah_plan, budgeted_plan
@@ -119,15 +118,11 @@ def score(model: GPT, data: EvalSet, batch_size: int) -> dict:
     """{"bpb", "acc", "acc_by_distance"} of the model as it stands (acc None on text)."""
     total, count = 0.0, 0
     recall = RecallCounter(data.buckets) if data.marks is not None else None
-    for i, chunk in enumerate(torch.split(data.windows, batch_size)):
-        logits = model(chunk[:, :-1])
-        target = chunk[:, 1:]
-        total += float(
-            F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), reduction="sum")
-        )
+    for i, (logits, target, loss) in enumerate(chunk_losses(model, data.windows, batch_size)):
+        total += loss
         count += target.numel()
         if recall is not None and data.marks is not None:
-            recall.add(logits, target, data.marks[i * batch_size : i * batch_size + len(chunk)])
+            recall.add(logits, target, data.marks[i * batch_size : i * batch_size + len(target)])
     result = recall.result() if recall is not None else {}
     return {
         "bpb": total / count / math.log(2),
