@@ -17,8 +17,18 @@ ALLOWED: dict[str, set[str]] = {
     "train": {"model", "data", "controller", "eval", "records", "atomic", "validate"},
     "sweep": {"train", "controller", "records", "textfile", "validate"},
     "report": {"records", "sweep", "train", "controller", "data"},
-    "posthoc": {"train", "eval", "model", "data", "controller", "attention", "report", "validate"},
-    "integrations": {"attention", "controller", "model"},
+    "posthoc": {
+        "train",
+        "eval",
+        "model",
+        "data",
+        "controller",
+        "attention",
+        "report",
+        "validate",
+        "atomic",
+    },
+    "integrations": {"attention", "controller", "model", "validate"},
 }
 BELOW_CLI = set(TOP) - {"cli", "bench", "__main__"}
 

@@ -10,6 +10,7 @@ import torch
 
 from aah.attention import coverage
 from aah.cli import main
+from aah.controller import load_plan
 from aah.model import GPT, GPTConfig
 from aah.posthoc.analysis import EvalSet, score, strided_windows
 from aah.posthoc.plans import budgeted_plan, shuffled, uniform_window
@@ -94,7 +95,23 @@ def test_posthoc_command_on_two_tiny_runs(tmp_path, tiny_corpus, capsys):
     for run in payload["runs"]:  # Δ is each plan's bpb minus the same run's full-attention bpb
         for row in run["rows"]:
             assert row["delta_bpb"] == pytest.approx(row["bpb"] - run["full_bpb"])
+    # Every imposed plan is a plan file; loss-ablation-shuffled permutes within each layer.
+    plans = out / "plans" / "full-s0"
+    ablation = load_plan(str(plans / "loss-ablation-0.2.json"))
+    control = load_plan(str(plans / "loss-ablation-shuffled-0.2.json"))
+    assert [sorted(r) for r in ablation] == [sorted(r) for r in control]
+    assert load_plan(str(plans / "aah-v3.json")) == next(
+        r["windows"] for r in payload["runs"][0]["rows"] if r["policy"] == "aah-v3"
+    )
+    # A second command with the same settings reuses the stored runs instead of rescoring.
     capsys.readouterr()
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("reused") == 2 and ": budget cap 0.2:" not in printed
+    assert json.loads((out / "posthoc.json").read_text())["runs"] == payload["runs"]
+    # ... but not under other settings.
+    assert main([*argv[:-4], "--eval-windows", "3", "--out", str(out)]) == 0
+    assert "reused" not in capsys.readouterr().out
     assert main(["posthoc", runs[0], "--coverages", "0,0.5", "--out", str(out)]) == 2
     assert "coverages" in capsys.readouterr().err
 

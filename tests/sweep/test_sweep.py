@@ -87,6 +87,17 @@ def test_grid_is_seed_major_and_seeds_reach_train_and_controller(tmp_path, tiny_
     assert sweep.base.train.seed == 0  # the base is not mutated by expanding the grid
 
 
+def test_seed_placeholder_in_variant_text_values(tmp_path, tiny_corpus):
+    plan_file = str(tmp_path / "plans" / "full-s{seed}.json")
+    variants = '[sweep.variants."oracle"]\n"controller.policy" = "static"\n' + (
+        f'"controller.static_plan" = {json.dumps(plan_file)}\n'
+    )
+    path = suite_file(tmp_path, tiny_corpus, regimes=("oracle",), seeds=(3, 1), variants=variants)
+    cells = SweepConfig.from_toml(path).cells()
+    got = [c.config.controller.static_plan for c in cells]
+    assert got == [plan_file.replace("{seed}", "3"), plan_file.replace("{seed}", "1")]
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [

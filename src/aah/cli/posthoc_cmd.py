@@ -11,7 +11,10 @@ EPILOG = """\
 Each RUN is a finished `aah train` run (best: policy full, one per seed). Writes
 OUT/posthoc.json (every run, plan and score), OUT/posthoc.md (Δ bpb per policy and coverage,
 and on a generated task recall accuracy overall and in the farthest distance bucket; mean and
-95% CI over runs) and OUT/posthoc.png. Example:
+95% CI over runs) and OUT/posthoc.png. Each run's result is stored in OUT/runs/ as soon as it
+is done (an interrupted command resumes there when run again with the same settings), and
+each imposed plan in OUT/plans/<run>/<policy>-<cap>.json, loadable by any run with
+--controller.policy static --controller.static_plan FILE. Example:
   aah posthoc results/screening/full-s0 results/screening/full-s1 --out results/posthoc
 """
 
@@ -57,6 +60,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     from aah import records
     from aah.posthoc.analysis import PosthocConfig, run_posthoc
     from aah.posthoc.report import markdown, plot, summarize
+    from aah.posthoc.store import load_finished, save_finished
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -73,7 +77,15 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     cfg.validate()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = [run_posthoc(r, cfg, progress=print) for r in args.runs]
+    results = []
+    for run_dir in args.runs:  # each finished run is stored at once: a rerun resumes
+        result = load_finished(out, run_dir, cfg)
+        if result is None:
+            result = run_posthoc(run_dir, cfg, progress=print)
+            save_finished(out, result, cfg)
+        else:
+            print(f"{run_dir}: stored result under the same config, reused")
+        results.append(result)
     summary = summarize(results)
     payload = {
         "config": {**cfg.__dict__},

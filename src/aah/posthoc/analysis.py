@@ -27,7 +27,7 @@ from aah.data.loader import answer_marks
 from aah.eval.head_ablation import chunk_losses, loss_ablation
 from aah.eval.recall import RecallCounter
 from aah.model import GPT
-from aah.posthoc.plans import AAH, BUDGETED, aah_plan, budgeted_plan
+from aah.posthoc.plans import AAH, BUDGETED, NEEDS_ABLATION, aah_plan, budgeted_plan
 from aah.train.load import load_run
 from aah.validate import check_int
 
@@ -170,7 +170,7 @@ def run_posthoc(
     mass = measure_mass(model, calib, cands, cfg.seed)
     loss = (
         loss_ablation(model, calib, cands, cfg.batch_size)
-        if "loss-ablation" in cfg.policies
+        if any(p in NEEDS_ABLATION for p in cfg.policies)
         else None
     )
     with torch.no_grad():

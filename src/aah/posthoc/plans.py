@@ -13,6 +13,9 @@ Every policy gets the same candidate windows and the same coverage cap c, so tha
   loss-ablation    per-head windows allocated like budget, on the measured loss increase of
                    cutting each head alone to each window (aah.eval.head_ablation) instead
                    of the attention mass
+  loss-ablation-shuffled
+                   loss-ablation's windows permuted across the heads of each layer (its
+                   matched control: does the head or only the layer matter?)
   aah-v3           the AAH-v3 controller's first decision (full-adaptive; grouping-off as
                    "aah-v3-grouping-off") on the model's own Q/K/V and attention features;
                    it takes no coverage target, so it is one point at its own coverage.
@@ -36,7 +39,17 @@ from aah.controller.budget import allocate_budget
 from aah.controller.head_stats import attention_stats
 from aah.controller.plan import Plan
 
-BUDGETED = ("budget", "budget-shuffled", "random", "uniform", "uniform-layer", "loss-ablation")
+BUDGETED = (
+    "budget",
+    "budget-shuffled",
+    "random",
+    "uniform",
+    "uniform-layer",
+    "loss-ablation",
+    "loss-ablation-shuffled",
+)
+#: the policies that need the measured per-head loss ablation
+NEEDS_ABLATION = ("loss-ablation", "loss-ablation-shuffled")
 AAH = ("aah-v3", "aah-v3-grouping-off")
 POLICIES = BUDGETED + AAH
 
@@ -89,10 +102,11 @@ def budgeted_plan(
     """One of BUDGETED at coverage cap `cap` (see the module docstring); `loss` is the
     (n_layer, n_head, n_candidates) ablation cost that `loss-ablation` needs."""
     gen = torch.Generator().manual_seed(seed)
-    if policy == "loss-ablation":
+    if policy in NEEDS_ABLATION:
         if loss is None:
-            raise ValueError("policy 'loss-ablation' needs the measured per-head loss ablation")
-        return budget_plan(loss, windows, seq_len, cap)
+            raise ValueError(f"policy {policy!r} needs the measured per-head loss ablation")
+        plan = budget_plan(loss, windows, seq_len, cap)
+        return plan if policy == "loss-ablation" else shuffled(plan, gen, across_layers=False)
     if policy == "uniform":
         return [[uniform_window(seq_len, cap)] * mass.shape[1] for _ in range(mass.shape[0])]
     if policy == "uniform-layer":

@@ -13,7 +13,9 @@ a `[sweep]` table that only `aah sweep` reads:
     "controller.budget" = 0.5
 
 A regime is a policy name (controller.policy) or a variant (dotted overrides). A seed sets
-both train.seed and controller.seed, so every regime sees the same data order and init.
+both train.seed and controller.seed, so every regime sees the same data order and init. In a
+variant's text values, "{seed}" becomes the cell's seed (e.g. a plan file per seed:
+"controller.static_plan" = "plans/full-s{seed}.json").
 """
 
 from __future__ import annotations
@@ -124,6 +126,8 @@ class SweepConfig:
                 config = copy.deepcopy(self.base)
                 if regime in self.variants:
                     for key, value in self.variants[regime].items():
+                        if isinstance(value, str):
+                            value = value.replace("{seed}", str(seed))
                         config.set(key, value, from_text=False)
                 else:
                     config.controller.policy = regime
