@@ -4,6 +4,11 @@ glibc returns every freed block above its mmap threshold (at most 32 MiB) straig
 operating system, so each training step page-faults its large activation and gradient buffers
 in again. Measured here on the banded backward at T=4096 (1 thread): those faults were ~15-20%
 of the step. `tune_allocator` keeps such blocks in the heap instead.
+
+The attention engines no longer depend on it: they keep their own large buffers across calls
+(`aah.attention.workspace`), so a plain script that never calls this gets their speed too. It
+still helps the rest of a training step (activations, optimizer state), which is why the CLI
+keeps calling it.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from aah.attention import workspace
 from aah.attention.band_layout import (
     BandGeometry,
     add_prefix_key_grads,
@@ -49,10 +50,10 @@ class _BandedStored(torch.autograd.Function):
         geo = geometry(windows, seq_len)
         mask = band_mask(geo, q.device, q.dtype)
         qp, kp, vp = pad_queries(q, geo), pad_keys(k, geo), pad_keys(v, geo)
-        out = q.new_empty(batch, heads, qp.shape[2], dim)
+        out = workspace.empty((batch, heads, qp.shape[2], dim), like=q)
         out_pre, lse_pre = prefix_forward(qp, kp, vp, geo, scale)
         out[:, :, : geo.prefix] = out_pre
-        probs = q.new_empty(batch, heads, geo.n_blocks, geo.block, geo.span)
+        probs = workspace.empty((batch, heads, geo.n_blocks, geo.block, geo.span), like=q)
         for bi in range(batch if geo.n_blocks else 0):
             _blocks_forward(qp[bi], kp[bi], vp[bi], geo, mask, scale, probs[bi], out[bi])
         ctx.save_for_backward(qp, kp, vp, probs, out_pre, lse_pre)
@@ -68,9 +69,9 @@ class _BandedStored(torch.autograd.Function):
         dq_p, dk_p, dv_p = prefix_backward(grad_out, qp, kp, vp, out_pre, lse_pre, geo, scale)
         if geo.n_blocks == 0:  # no padding either: the prefix is the whole sequence
             return dq_p, dk_p, dv_p, None, None
-        dq = torch.empty_like(qp)
+        dq = workspace.empty_like(qp)
         dq[:, :, :p] = dq_p
-        dk, dv = torch.empty_like(kp), torch.empty_like(vp)
+        dk, dv = workspace.empty_like(kp), workspace.empty_like(vp)
         for bi in range(qp.shape[0]):
             _blocks_backward(
                 grad_out[bi], qp[bi], kp[bi], vp[bi], probs[bi], geo, scale, dq[bi], dk[bi], dv[bi]
@@ -100,9 +101,10 @@ def _blocks_backward(dout, q, k, v, probs, geo: BandGeometry, scale, dq, dk, dv)
     q_blocks, dout_blocks, dq_blocks = (query_blocks(x, geo) for x in (q, dout, dq))
     k_spans, v_spans = key_spans(k, geo), key_spans(v, geo)
     # Span gradients per query head, (n, H, L, D) as `fold_spans` takes them.
-    dk_spans = q.new_empty(heads, geo.n_blocks, geo.span, q.shape[-1]).transpose(0, 1)
-    dv_spans = torch.empty_like(dk_spans)
-    grad_scores = torch.empty_like(probs)
+    spans = (geo.n_blocks, heads, geo.span, q.shape[-1])
+    dk_spans = workspace.empty(spans, like=q, order=(1, 0, 2, 3))
+    dv_spans = workspace.empty(spans, like=q, order=(1, 0, 2, 3))
+    grad_scores = workspace.empty_like(probs)
     for h in range(heads):
         torch.bmm(probs[h].transpose(1, 2), dout_blocks[:, h], out=dv_spans[:, h])
         torch.bmm(dout_blocks[:, h], v_spans[:, h // group].transpose(1, 2), out=grad_scores[h])

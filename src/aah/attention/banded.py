@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from aah.attention import workspace
 from aah.attention.band_layout import (
     add_prefix_key_grads,
     band_mask,
@@ -50,7 +51,7 @@ def _empty_bthd(x: torch.Tensor, length: int) -> torch.Tensor:
     ratio 0.16 this way against 0.19 in (B, H, T, D) memory, even with (B, H, T, D) inputs).
     It is also what a model's output projection reads next without a copy."""
     b, h, _, d = x.shape
-    return x.new_empty(b, length, h, d).transpose(1, 2)
+    return workspace.empty((b, h, length, d), like=x, order=(0, 2, 1, 3))
 
 
 class _BandedKernel(torch.autograd.Function):

@@ -14,6 +14,8 @@ from functools import lru_cache
 
 import torch
 
+from aah.attention import workspace
+
 Index = slice | tuple[int, ...]
 
 
@@ -86,8 +88,7 @@ def _empty_in_order(
     """An uninitialised dense tensor of `shape` whose dims are laid out in the order of
     `stride` (largest first), like torch.empty_like with preserve_format."""
     order = sorted(range(len(shape)), key=lambda i: (-stride[i], i))
-    buffer = like.new_empty([shape[i] for i in order])
-    return buffer.permute([order.index(i) for i in range(len(shape))])
+    return workspace.empty(tuple(shape), like=like, order=tuple(order))
 
 
 def split_heads(x: torch.Tensor, indices: tuple[Index, ...]) -> tuple[torch.Tensor, ...]:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import statistics
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -170,6 +173,62 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
     ]  # fmt: skip
 
 
+def _child_argv(args: argparse.Namespace, tuned: bool) -> list[str]:
+    return [
+        "-m", "aah.bench.attention", *_forwarded(args)[:-1],
+        "--tune-allocator" if tuned else "--no-tune-allocator", "--no-memory",
+        "--seq-lens", ",".join(str(t) for t in args.seq_lens), "--plans", ",".join(args.plans),
+        "--backends", ",".join(args.backends), "--modes", ",".join(args.modes),
+        "--reps", str(args.reps), "--warmup", str(args.warmup),
+    ]  # fmt: skip
+
+
+def compare_allocator(args: argparse.Namespace) -> int:
+    """Untuned and tuned runs in alternating fresh processes; medians of each case's ratio."""
+    print(
+        f"attention benchmark, allocator untuned vs tuned: {args.allocator_rounds} rounds of "
+        f"fresh processes (untuned with AAH_TUNE_ALLOCATOR=0, then tuned), each run "
+        f"B={args.batch_size} H={args.heads} D={args.head_dim} fp32, threads={args.threads}, "
+        f"median of {args.reps} interleaved rounds; ratio = time / SDPA is_causal time in the "
+        "same process",
+        flush=True,
+    )
+    ratios: dict[str, dict[tuple, list[float]]] = {"untuned": {}, "tuned": {}}
+    for _ in range(args.allocator_rounds):
+        for kind in ("untuned", "tuned"):
+            env = dict(os.environ, AAH_TUNE_ALLOCATOR="0" if kind == "untuned" else "1")
+            proc = subprocess.run(
+                [sys.executable, *_child_argv(args, kind == "tuned")],
+                capture_output=True, text=True, env=env, check=False,
+            )  # fmt: skip
+            if proc.returncode != 0:
+                raise RuntimeError(f"{kind} run failed: {proc.stderr.strip()[-2000:]}")
+            report = json.loads(proc.stdout.strip().splitlines()[-1])
+            if report["env"]["allocator_tuned"] != (kind == "tuned"):
+                raise RuntimeError(f"the {kind} run reported allocator_tuned wrong")
+            for r in report["rows"]:
+                key = (r["seq_len"], r["plan"], r["mode"], r["backend"])
+                ratios[kind].setdefault(key, []).append(r["ratio"])
+            print(f"  round done: {kind}", flush=True)
+    rows = []
+    print(f"{'T':>6} {'plan':>8} {'mode':>6} {'backend':>8} {'untuned':>8} {'range':>13} "
+          f"{'tuned':>8} {'range':>13}")  # fmt: skip
+    for key, untuned in ratios["untuned"].items():
+        tuned = ratios["tuned"][key]
+        row = dict(zip(("seq_len", "plan", "mode", "backend"), key, strict=True))
+        row |= {"untuned_ratio": statistics.median(untuned), "untuned_ratios": untuned,
+                "tuned_ratio": statistics.median(tuned), "tuned_ratios": tuned}  # fmt: skip
+        rows.append(row)
+        print(
+            f"{key[0]:>6} {key[1]:>8} {key[2]:>6} {key[3]:>8} {row['untuned_ratio']:8.3f} "
+            f"{min(untuned):6.3f}-{max(untuned):6.3f} {row['tuned_ratio']:8.3f} "
+            f"{min(tuned):6.3f}-{max(tuned):6.3f}"
+        )
+    env = environment() | {"threads": args.threads, "rounds": args.allocator_rounds}
+    print(json.dumps({"benchmark": "attention-allocator", "env": env, "rows": rows}))
+    return 0
+
+
 HEADER = (
     f"{'T':>6} {'plan':>8} {'mode':>6} {'backend':>8} {'ms':>9} {'sdpa ms':>9} {'ratio':>6} "
     f"{'cover':>6} {'exec':>6} {'effic':>6} {'peak MB':>8}"
@@ -213,10 +272,18 @@ def _parser() -> argparse.ArgumentParser:
         "--tune-allocator",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="keep large freed blocks in the heap (aah.runtime.tune_allocator)",
+        help="keep large freed blocks in the heap (aah.runtime.tune_allocator; `aah bench` "
+        "tunes before this flag is read: set AAH_TUNE_ALLOCATOR=0 to run untuned there)",
     )
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
                    help="peak memory of each case in a fresh process")  # fmt: skip
+    p.add_argument(
+        "--allocator-rounds", type=int, default=0, metavar="N",
+        help="run the whole benchmark N times in each of two kinds of fresh process, "
+        "alternated: untuned (AAH_TUNE_ALLOCATOR=0, as a user's own script) and tuned; report "
+        "both ratios as medians over the rounds (mallopt is process-wide, so the two cannot "
+        "share a process). Memory probes off. Default 0: one run in this process",
+    )  # fmt: skip
     return p
 
 
@@ -229,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
     args.seq_lens = flags.int_list(args.seq_lens)
     flags.check_batch_size(args.batch_size)
     flags.check_threads(args.threads)
+    if args.allocator_rounds < 0:
+        raise ValueError(f"--allocator-rounds must be >= 0, got {args.allocator_rounds}")
+    if args.allocator_rounds:
+        return compare_allocator(args)
     tuned = tune_allocator() if args.tune_allocator else False
     for plan in args.plans:
         make_plan(plan, max(args.seq_lens), args.heads)  # fail early on a bad plan name
