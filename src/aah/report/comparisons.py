@@ -20,9 +20,13 @@ from aah.report.suite_data import Suite
 ALPHA = 0.05
 MIN_SEEDS = 5
 #: (regime, control): budget vs the same windows on random heads; each AAH-v3 regime vs the
-#: random windows of the same candidates; full-adaptive vs random grouping and vs shuffle.
+#: random windows of the same candidates; full-adaptive vs random grouping and vs shuffle; a
+#: static plan from a loss ablation vs its windows on random heads of each layer, and vs
+#: budget at the same coverage cap (allocation by measured loss vs by attention mass).
 MATCHED: tuple[tuple[str, str], ...] = (
     ("budget", "budget-shuffled"),
+    ("static-ablation", "static-ablation-shuffled"),
+    ("static-ablation", "budget"),
     ("aah-v3-full-adaptive", "random"),
     ("aah-v3-shallow-freeze", "random"),
     ("aah-v3-deep-reuse", "random"),
