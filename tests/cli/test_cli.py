@@ -144,3 +144,19 @@ def test_bench_training_last_line_is_json(capsys):
     assert rows["budget"]["causal_coverage"] <= 0.3
     assert rows["full"]["controller_share"] == 0.0 and rows["budget"]["controller_share"] > 0
     assert main(["bench", "training", "--seq-lens", "x"]) == 2
+
+
+def test_heavy_commands_tune_the_allocator_unless_told_not_to(monkeypatch):
+    import aah.runtime
+    from aah.cli import commands
+
+    tuned, ran = [], []
+    monkeypatch.setattr(aah.runtime, "tune_allocator", lambda: tuned.append(True) or True)
+    help_text, add_arguments, _ = commands.COMMANDS["bench"]
+    monkeypatch.setitem(
+        commands.COMMANDS, "bench", (help_text, add_arguments, lambda a, e: ran.append(e) or 0)
+    )
+    assert main(["bench", "attention", "--reps", "1"]) == 0
+    assert tuned == [True]
+    assert main(["bench", "attention", "--no-tune-allocator"]) == 0
+    assert tuned == [True] and len(ran) == 2

@@ -272,8 +272,8 @@ def _parser() -> argparse.ArgumentParser:
         "--tune-allocator",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="keep large freed blocks in the heap (aah.runtime.tune_allocator; `aah bench` "
-        "tunes before this flag is read: set AAH_TUNE_ALLOCATOR=0 to run untuned there)",
+        help="keep large freed blocks in the heap (aah.runtime.tune_allocator); "
+        "--no-tune-allocator runs as a user's own script would",
     )
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
                    help="peak memory of each case in a fresh process")  # fmt: skip

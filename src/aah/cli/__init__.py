@@ -60,7 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     _, _, run = commands.COMMANDS[args.command]
-    if args.command in HEAVY_COMMANDS:
+    # A benchmark's own --no-tune-allocator (parsed later, by the benchmark) must win: tuning
+    # is process-wide and cannot be undone once applied.
+    passed_on = [*extra, *getattr(args, "args", [])]
+    if args.command in HEAVY_COMMANDS and "--no-tune-allocator" not in passed_on:
         from aah.runtime import tune_allocator
 
         tune_allocator()

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from aah.attention.band_layout import forward_with_lse
+from aah.attention.masks import window_allows
 from aah.attention.sdpa_lse import attention_with_lse
 from aah.controller.clustering import Groups
 from aah.controller.config import Usage
@@ -224,7 +225,7 @@ def _row_sums(qh, kh, vh, pos: torch.Tensor, w: int, scale: float, usage: str) -
     lo, hi = max(0, int(pos[0]) - w + 1), int(pos[-1]) + 1
     keys = torch.arange(lo, hi, device=pos.device)
     back = pos.unsqueeze(1) - keys  # (S, L): how far key j lies behind row i
-    allowed = (back >= 0) & (back < w)
+    allowed = window_allows(pos.unsqueeze(1), keys, w)
     scores = torch.matmul(qh[:, :, pos], kh[:, :, lo:hi].transpose(-1, -2)) * scale
     p = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
     entropy = -(p * (p + ENTROPY_EPS).log()).sum(dim=-1)
