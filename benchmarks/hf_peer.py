@@ -12,6 +12,9 @@ Methods here (project environment):
 - `full`: DynamicCache with sdpa, no compression.
 - `searched`: `hf_search.search_plan(kv_budget=f x full, sinks=4)` on calibration windows of
   another seed (T=P), served by `PerHeadCache` (`hf.apply` + `hf.per_head_cache`).
+- `loss-searched`: the same search on the loss signal (`search_plan(signal="loss")`: the
+  calibration loss rise of cutting each KV head alone to each candidate, measured once per
+  model and allocated at every f), same cache.
 - `uniform`: every head window `floor(f P) - 4` + 4 sinks (StreamingLLM's rule), same cache.
 
 `benchmarks/hf_peer_kvpress.py` runs kvpress's presses on the same windows in a separate
@@ -19,6 +22,7 @@ environment; `report` merges every JSON into results/hf-peer/peer.{json,md,png}.
 
     python benchmarks/hf_peer.py data --out /tmp/hfpeer/eval.npz
     python benchmarks/hf_peer.py eval --model DIR --data /tmp/hfpeer/eval.npz --out R.json
+    python benchmarks/hf_peer.py eval ... --methods loss-searched --out R2.json  # one method
     python benchmarks/hf_peer.py report R1.json R2.json ... --out results/hf-peer
 """
 
@@ -43,6 +47,7 @@ SINKS = 4
 FRACTIONS = (0.1, 0.2, 0.3, 0.5)
 CANDIDATES = [4, 8, 12, 16, 24, 32, 48, 64, 96, 128, SEQ_LEN]
 FAR = "128-255"
+METHODS = ("full", "searched", "loss-searched", "uniform")
 
 
 # ---------------------------------------------------------------- data and scoring
@@ -160,8 +165,9 @@ def eval_model(args: argparse.Namespace) -> None:
     from transformers import DynamicCache, LlamaForCausalLM
 
     from aah.integrations import hf
+    from aah.integrations.hf_ablation import measure_loss_costs
     from aah.integrations.hf_allocate import full_kv_bytes, kv_shape
-    from aah.integrations.hf_search import search_plan
+    from aah.integrations.hf_search import calibration_batches, plan_from_loss, search_plan
 
     torch.set_num_threads(args.threads)
     model = LlamaForCausalLM.from_pretrained(args.model).eval()
@@ -172,6 +178,7 @@ def eval_model(args: argparse.Namespace) -> None:
     shape = kv_shape(model)
     full = full_kv_bytes(shape, model.config.num_hidden_layers, PROMPT)
     rows: list[dict[str, Any]] = []
+    extra: dict[str, Any] = {}
     start = time.perf_counter()
 
     def per_head(plan: list[list[int]]):  # type: ignore[no-untyped-def]
@@ -180,26 +187,48 @@ def eval_model(args: argparse.Namespace) -> None:
             model, data, lambda: hf.per_head_cache(model, SEQ_LEN), lambda c: c.nbytes(), args.batch
         )
 
+    def show(row: dict[str, Any]) -> None:
+        rows.append(row)
+        print(json.dumps({k: row[k] for k in ("method", "fraction", "acc", "far_acc")}))
+
     if hf.current_plan(model) is not None:
         hf.remove(model)
-    res = run_cache(model, data, DynamicCache, dynamic_nbytes, args.batch)
-    rows.append({"method": "full", "fraction": 1.0, **res})
-    print(json.dumps({k: rows[-1][k] for k in ("method", "fraction", "acc", "far_acc")}))
+    if "full" in args.methods:
+        res = run_cache(model, data, DynamicCache, dynamic_nbytes, args.batch)
+        show({"method": "full", "fraction": 1.0, **res})
+    costs = None
+    if "loss-searched" in args.methods:
+        # The loss costs do not depend on the budget: measured once, allocated at every f.
+        t0 = time.perf_counter()
+        batches = calibration_batches(model, calib, seq_len=PROMPT, batch_size=16)
+        costs = measure_loss_costs(model, batches, CANDIDATES, sinks=SINKS, progress=True)
+        extra["loss_costs"] = costs.tolist()  # [layer][KV head][candidate], nats
+        extra["loss_signal_seconds"] = time.perf_counter() - t0
     for f in args.fractions:
-        plan = search_plan(
-            model, calib, kv_budget=int(f * full), sinks=SINKS, seq_len=PROMPT,
-            candidates=CANDIDATES, batch_size=16,
-        )  # fmt: skip
-        res = per_head(plan.windows)
-        rows.append(
-            {"method": "searched", "fraction": f, **res, "windows": plan.windows,
-             "expected_kv_bytes": plan.kv_bytes, "lost_mass": plan.lost_mass}
-        )  # fmt: skip
-        print(json.dumps({k: rows[-1][k] for k in ("method", "fraction", "acc", "far_acc")}))
-        plan_u = uniform_plan(model, f)
-        res = per_head(plan_u)
-        rows.append({"method": "uniform", "fraction": f, **res, "windows": plan_u})
-        print(json.dumps({k: rows[-1][k] for k in ("method", "fraction", "acc", "far_acc")}))
+        if "searched" in args.methods:
+            plan = search_plan(
+                model, calib, kv_budget=int(f * full), sinks=SINKS, seq_len=PROMPT,
+                candidates=CANDIDATES, batch_size=16,
+            )  # fmt: skip
+            res = per_head(plan.windows)
+            show(
+                {"method": "searched", "fraction": f, **res, "windows": plan.windows,
+                 "expected_kv_bytes": plan.kv_bytes, "lost_mass": plan.lost_mass}
+            )  # fmt: skip
+        if costs is not None:
+            plan = plan_from_loss(
+                costs, CANDIDATES, PROMPT, None, type(model).__name__,
+                n_head=model.config.num_attention_heads, shape=shape, sinks=SINKS,
+                kv_budget=int(f * full),
+            )  # fmt: skip
+            res = per_head(plan.windows)
+            show(
+                {"method": "loss-searched", "fraction": f, **res, "windows": plan.windows,
+                 "expected_kv_bytes": plan.kv_bytes, "loss_increase": plan.loss_increase}
+            )  # fmt: skip
+        if "uniform" in args.methods:
+            plan_u = uniform_plan(model, f)
+            show({"method": "uniform", "fraction": f, **per_head(plan_u), "windows": plan_u})
         hf.remove(model)
     info = json.loads((Path(args.model) / "train.json").read_text())
     out = {
@@ -215,6 +244,7 @@ def eval_model(args: argparse.Namespace) -> None:
         "seconds": time.perf_counter() - start,
         "env": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
         "rows": rows,
+        **extra,
     }
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
 
@@ -224,6 +254,7 @@ def eval_model(args: argparse.Namespace) -> None:
 LABELS = {
     "full": "full cache",
     "searched": "searched per-KV-head plan + 4 sinks (ours)",
+    "loss-searched": "loss-searched per-KV-head plan + 4 sinks (ours)",
     "uniform": "uniform window + 4 sinks (ours, StreamingLLM rule)",
     "kvpress-streaming": "kvpress StreamingLLMPress (n_sink 4)",
     "kvpress-snapkv": "kvpress SnapKVPress (window 64)",
@@ -293,6 +324,14 @@ def markdown(table: list[dict[str, Any]], runs: list[dict[str, Any]], seeds: lis
         "`end` = after the continuation: windowed heads stay at their size, full heads and "
         "kvpress's caches grow by the 64 continuation positions.",
         "",
+        "Plans: both searches allocate one window per KV head under the KV-byte budget from 64 "
+        "calibration windows of another seed of the stream (candidates "
+        f"{', '.join(str(c) for c in CANDIDATES)}); `searched` on the attention mass beyond "
+        "each window (`aah plan search`'s default `--signal mass`), `loss-searched` on the "
+        "calibration loss rise of cutting each KV head alone to each window (`--signal loss`; "
+        "measured once per model, the costs are in peer.json as `loss_costs`, [layer][KV head]"
+        "[candidate] nats).",
+        "",
         "| method | f | far acc | prompt-source acc | acc | bits/byte | KV bytes (ratio) "
         "| KV bytes end |",
         "|---|---|---|---|---|---|---|---|",
@@ -312,16 +351,17 @@ def markdown(table: list[dict[str, Any]], runs: list[dict[str, Any]], seeds: lis
         "docs/hf.md, section 'Peer comparison at equal KV bytes'.",
         "",
     ]
-    searched = [
-        (run["seed"], row["fraction"], row["windows"])
-        for run in runs
-        for row in run["rows"]
-        if row["method"] == "searched"
-    ]
-    if searched:
-        lines += ["Searched plans (windows per query head, [layer][head]; 4 sinks each):", ""]
-        lines += [f"- seed {s}, f={f:g}: {w}" for s, f, w in searched]
-        lines.append("")
+    for method, title in (("searched", "Searched plans"), ("loss-searched", "Loss-searched plans")):
+        plans = [
+            (run["seed"], row["fraction"], row["windows"])
+            for run in runs
+            for row in run["rows"]
+            if row["method"] == method
+        ]
+        if plans:
+            lines += [f"{title} (windows per query head, [layer][head]; 4 sinks each):", ""]
+            lines += [f"- seed {s}, f={f:g}: {w}" for s, f, w in plans]
+            lines.append("")
     return "\n".join(lines)
 
 
@@ -364,12 +404,15 @@ def main(argv: list[str] | None = None) -> None:
     pd = sub.add_parser("data", help="write the held-out windows (npz) for every engine")
     pd.add_argument("--out", required=True)
     pd.add_argument("--windows", type=int, default=512)
-    pe = sub.add_parser("eval", help="full, searched and uniform through the project's cache")
+    pe = sub.add_parser(
+        "eval", help="full, searched, loss-searched and uniform through the project's cache"
+    )
     pe.add_argument("--model", required=True)
     pe.add_argument("--data", required=True)
     pe.add_argument("--out", required=True)
     pe.add_argument("--fractions", type=float, nargs="+", default=list(FRACTIONS))
     pe.add_argument("--calib-windows", type=int, default=64)
+    pe.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     pe.add_argument("--batch", type=int, default=128)
     pe.add_argument("--threads", type=int, default=1)
     pr = sub.add_parser("report", help="merge result JSONs into peer.json, peer.md, peer.png")

@@ -47,6 +47,7 @@ def check_plan_arguments(args: argparse.Namespace) -> None:
             check_output(args.heatmap, "--heatmap")
         if args.heldout:
             read_utf8(args.heldout, "--heldout file")
+        check_signal_flag(args.signal, args.heldout)
     else:
         read_utf8(args.plan, "--plan file")
 
@@ -63,3 +64,16 @@ def check_budget_flags(budget: float | None, kv_mb: float | None, sinks: int) ->
         raise ValueError(f"--budget-kv-mb must be a finite number of MB > 0, got {kv_mb}")
     if sinks < 0:
         raise ValueError(f"--sinks must be >= 0, got {sinks}")
+
+
+def check_signal_flag(signal: str, heldout: str | None) -> None:
+    """--signal is mass or loss; the --heldout budget sweep allocates on mass only."""
+    from aah.integrations.hf_cli import SIGNALS
+
+    if signal not in SIGNALS:
+        raise ValueError(f"--signal must be one of {', '.join(SIGNALS)}, got {signal!r}")
+    if signal == "loss" and heldout:
+        raise ValueError(
+            "--heldout sweeps budgets on the mass signal only; with --signal loss write the "
+            "plan, then score it with `aah plan apply --plan FILE --text HELDOUT`"
+        )

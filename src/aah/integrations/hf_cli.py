@@ -3,12 +3,16 @@
     aah plan search MODEL_DIR_OR_NAME --budget 0.3 --text calib.txt --out plan.json \
         [--sinks 4] [--heatmap plan.png] [--heldout heldout.txt]
     aah plan search MODEL_DIR_OR_NAME --budget-kv-mb 64 --sinks 4 --text calib.txt --out plan.json
+    aah plan search MODEL_DIR_OR_NAME --signal loss --budget 0.3 --text calib.txt --out plan.json
     aah plan apply MODEL_DIR --plan plan.json --text heldout.txt
 
 The search gives one window per KV head (its query heads share it: a KV head's memory follows
 its widest query head) under a causal-coverage cap (`--budget`, default 0.3) or a cap on the
 KV bytes the per-head cache holds per sequence at the calibration length (`--budget-kv-mb`,
 MB = 2**20 bytes); `--sinks N` gives every head N attention sinks, measured and costed.
+`--signal` picks what is allocated on: attention mass beyond each window (`mass`, one pass over
+the calibration text) or the loss rise of cutting each KV head alone to each window (`loss`,
+`hf_ablation`: one pass per KV head and candidate).
 
 Models load with `AutoModelForCausalLM.from_pretrained`: a local directory works offline; a hub
 name needs network access (and is cached by huggingface_hub as usual). The tokenizer is loaded
@@ -26,6 +30,7 @@ from typing import Any
 
 # Only the standard library at import time: the CLI builds its parser without loading torch.
 HUB_NOTE = "a local directory, or a hub name (needs network)"
+SIGNALS = ("mass", "loss")  # hf_plan.SIGNALS, without importing torch
 
 
 def _floats(text: str) -> list[float]:
@@ -58,6 +63,16 @@ def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--sinks", type=int, default=0, metavar="N", help="attention sinks per head (default 0)"
+    )
+    parser.add_argument(
+        "--signal",
+        choices=SIGNALS,
+        default="mass",
+        help="what to allocate on: 'mass' (default), attention mass beyond each window, one "
+        "forward over the calibration batches; 'loss', the rise of the mean next-token loss when "
+        "one KV head alone is cut to each window, one forward over the calibration batches per "
+        "(KV head, candidate < T), i.e. layers x KV heads x candidates passes: slower, but it "
+        "keeps heads that retrieve rare far tokens, which carry little mean mass",
     )
     parser.add_argument("--out", required=True, metavar="FILE", help="plan JSON to write")
     parser.add_argument("--heatmap", metavar="PNG", help="also write a layer x head heatmap")
@@ -145,13 +160,21 @@ def run_plan_search(args: argparse.Namespace) -> int:
         "sinks": args.sinks,
     }
     budget, kv_budget = budgets(args)
-    plan = search_plan(model, text, budget, kv_budget=kv_budget, **options)
+    plan = search_plan(
+        model, text, budget, kv_budget=kv_budget, signal=args.signal, progress=True, **options
+    )
     plan.save(args.out)
     cap = f"{plan.budget / MB:.3f} KV MB" if kv_budget is not None else f"coverage {plan.budget}"
+    expected = (
+        f"summed single-KV-head loss rise {plan.loss_increase:.4f} nats"
+        if plan.signal == "loss"
+        else f"expected lost mass {plan.lost_mass:.4f}"
+    )
     print(
-        f"plan for {plan.model} (one window per KV head, {args.sinks} sinks): budget {cap}, "
-        f"causal coverage {plan.coverage:.4f} and KV {(plan.kv_bytes or 0) / MB:.3f} MB per "
-        f"sequence at T={plan.seq_len}, expected lost mass {plan.lost_mass:.4f} -> {args.out}"
+        f"plan for {plan.model} (one window per KV head, {args.sinks} sinks, {plan.signal} "
+        f"signal): budget {cap}, causal coverage {plan.coverage:.4f} and KV "
+        f"{(plan.kv_bytes or 0) / MB:.3f} MB per sequence at T={plan.seq_len}, {expected} "
+        f"-> {args.out}"
     )
     for layer, row in enumerate(plan.windows):
         print(f"  layer {layer:3d}: {' '.join(str(w) for w in row)}")
@@ -165,6 +188,7 @@ def run_plan_search(args: argparse.Namespace) -> int:
         "coverage": plan.coverage,
         "kv_bytes": plan.kv_bytes,
         "sinks": args.sinks,
+        "signal": plan.signal,
     }
     if args.heldout:
         rows = budget_sweep(model, text, _read(args.heldout), args.sweep_budgets, **options)

@@ -2,7 +2,8 @@
 
     {"windows": [[...], ...], "budget": 0.3, "coverage": 0.298, "candidates": [64, ...],
      "model": "LlamaForCausalLM", "seq_len": 512, "lost_mass": 0.012,
-     "sinks": [[4, ...], ...], "budget_unit": "coverage", "kv_bytes": 1048576}
+     "sinks": [[4, ...], ...], "budget_unit": "coverage", "kv_bytes": 1048576,
+     "signal": "mass", "loss_increase": null}
 
 `windows[layer][query_head]`; `coverage` is the plan's causal coverage at `seq_len` (the
 calibration length; at other lengths the same windows cover a different share), sinks
@@ -10,7 +11,11 @@ included; `lost_mass` is the expected attention mass beyond the windows and sink
 query heads. Optional fields (absent in older files): `sinks[layer][query_head]`, the attention
 sinks `hf.apply` gives the plan (absent: none); `budget_unit`, what `budget` caps: "coverage"
 (the default) or "kv_bytes"; `kv_bytes`, the bytes `PerHeadCache` holds per sequence after
-`seq_len` positions (`hf_allocate.plan_kv_bytes`). JSON floats are written with Python's
+`seq_len` positions (`hf_allocate.plan_kv_bytes`); `signal`, what the search allocated on:
+"mass" (the default; attention mass beyond the windows, `lost_mass` set) or "loss" (the loss
+rise of cutting each KV head alone, `hf_ablation`; `lost_mass` is then null and
+`loss_increase` holds the summed single-KV-head loss rises of the chosen windows, nats, an
+additive estimate of the plan's own). JSON floats are written with Python's
 shortest round-trip repr, so `from_json(p.to_json()) == p` exactly. The file is also readable
 by `aah.controller.plan.load_plan` (it has a "windows" key).
 """
@@ -27,10 +32,11 @@ from aah.validate import is_int
 
 FIELDS = (
     "windows", "budget", "coverage", "candidates", "model", "seq_len", "lost_mass", "sinks",
-    "budget_unit", "kv_bytes",
+    "budget_unit", "kv_bytes", "signal", "loss_increase",
 )  # fmt: skip
-OPTIONAL = ("lost_mass", "sinks", "budget_unit", "kv_bytes")
+OPTIONAL = ("lost_mass", "sinks", "budget_unit", "kv_bytes", "signal", "loss_increase")
 BUDGET_UNITS = ("coverage", "kv_bytes")
+SIGNALS = ("mass", "loss")
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,8 @@ class SearchedPlan:
     sinks: Plan | None = None
     budget_unit: str = "coverage"
     kv_bytes: int | None = None
+    signal: str = "mass"
+    loss_increase: float | None = None
 
     def __post_init__(self) -> None:
         check_plan(self.windows)
@@ -76,6 +84,14 @@ class SearchedPlan:
             or self.kv_bytes < 0
         ):
             raise ValueError(f"kv_bytes must be an int >= 0, got {self.kv_bytes!r}")
+        if self.signal not in SIGNALS:
+            raise ValueError(f"signal must be one of {', '.join(SIGNALS)}, got {self.signal!r}")
+        if self.loss_increase is not None and (
+            isinstance(self.loss_increase, bool)
+            or not isinstance(self.loss_increase, (int, float))
+            or not math.isfinite(self.loss_increase)
+        ):
+            raise ValueError(f"loss_increase must be a finite number, got {self.loss_increase!r}")
 
     def to_json(self) -> str:
         """The file format, one JSON object."""
@@ -104,6 +120,8 @@ class SearchedPlan:
             sinks=data.get("sinks"),
             budget_unit=data.get("budget_unit", "coverage"),
             kv_bytes=data.get("kv_bytes"),
+            signal=data.get("signal", "mass"),
+            loss_increase=data.get("loss_increase"),
         )
 
     def save(self, path: str | Path) -> None:

@@ -19,6 +19,7 @@ import torch
 
 from aah.attention import coverage
 from aah.integrations.hf import applied, plan_windows
+from aah.integrations.hf_ablation import mean_loss
 from aah.integrations.hf_allocate import kv_shape
 from aah.integrations.hf_data import TextLike
 from aah.integrations.hf_search import (
@@ -32,29 +33,9 @@ from aah.integrations.hf_search import (
 DEFAULT_BUDGETS = (0.2, 0.4, 0.6, 0.8)
 
 
-@torch.no_grad()
 def perplexity(model: torch.nn.Module, batches: Sequence[torch.Tensor]) -> float:
     """exp(mean next-token NLL) over every predicted token of `batches` (B, T)."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    nll, count = 0.0, 0
-    try:
-        for ids in batches:
-            ids = ids.to(device)
-            logits = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
-            targets = ids[:, 1:]
-            nll += float(
-                torch.nn.functional.cross_entropy(
-                    logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
-                )
-            )
-            count += targets.numel()
-    finally:
-        model.train(was_training)
-    if count == 0:
-        raise ValueError("perplexity needs blocks of at least 2 tokens")
-    return math.exp(nll / count)
+    return math.exp(mean_loss(model, batches))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,10 @@
    query heads share it) over ALL layers, minimising the mass lost with the plan's causal
    coverage (sinks included) or its KV bytes at the calibration length within the budget.
 
+With `signal="loss"` step 1 measures instead the rise of the calibration loss when each KV head
+alone is cut to each candidate (`hf_ablation`: one forward over the calibration batches per
+(KV head, candidate < T)), and step 2 allocates on those costs in place of the mass.
+
 Layers with a sliding window of their own (Mistral, Qwen sliding layers) are measured and
 costed in coverage as if full causal (at run time they see min(plan window, sliding window));
 their KV bytes count the capped window, as `PerHeadCache` stores it.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -27,10 +32,11 @@ import torch
 from aah.attention import coverage
 from aah.controller.mass import mass_beyond
 from aah.integrations.hf import layout, probing
+from aah.integrations.hf_ablation import chosen_cost, measure_loss_costs, per_query_head
 from aah.integrations.hf_allocate import KVShape, allocate_kv_heads, kv_shape, plan_kv_bytes
 from aah.integrations.hf_data import TextLike, token_batches
 from aah.integrations.hf_mass import mass_beyond_given_sinks
-from aah.integrations.hf_plan import SearchedPlan
+from aah.integrations.hf_plan import SIGNALS, SearchedPlan
 from aah.validate import check_int
 
 DEFAULT_SEQ_LEN = 512
@@ -40,6 +46,13 @@ def default_candidates(seq_len: int) -> list[int]:
     """T/32, T/16, ..., T/2 (powers of two below T) and T itself (full causal)."""
     below = [1 << p for p in range(max(0, seq_len.bit_length() - 6), seq_len.bit_length())]
     return sorted({w for w in below if w < seq_len} | {seq_len})
+
+
+def check_signal(signal: str) -> str:
+    """`signal` if it is one of `hf_plan.SIGNALS` ("mass", "loss"), else ValueError naming it."""
+    if signal not in SIGNALS:
+        raise ValueError(f"signal must be one of {', '.join(SIGNALS)}, got {signal!r}")
+    return signal
 
 
 def check_candidates(candidates: Sequence[int]) -> list[int]:
@@ -169,6 +182,41 @@ def plan_from_mass(
     )
 
 
+def plan_from_loss(
+    costs: torch.Tensor,
+    candidates: Sequence[int],
+    seq_len: int,
+    budget: float | None,
+    model_name: str,
+    *,
+    n_head: int,
+    shape: KVShape,
+    sinks: int = 0,
+    kv_budget: int | None = None,
+) -> SearchedPlan:
+    """As `plan_from_mass` for a model of `n_head` query heads per layer, on loss costs
+    (L, Hkv, n_w) from `hf_ablation.measure_loss_costs` (non-increasing along the candidates,
+    measured with the same `sinks`) in place of the mass: the same greedy allocation per KV
+    head and budgets. The plan has `signal="loss"`, no `lost_mass`, and `loss_increase`, the
+    summed costs of the chosen windows (nats)."""
+    n_layer, n_kv, _ = costs.shape
+    if n_kv != shape.n_kv_head or len(shape.sliding) != n_layer:
+        raise ValueError(
+            f"costs are {n_layer} layers x {n_kv} KV heads, the model has "
+            f"{len(shape.sliding)} x {shape.n_kv_head}"
+        )
+    plan = plan_from_mass(
+        per_query_head(costs, n_head), candidates, seq_len, budget, model_name,
+        shape=shape, sinks=sinks, kv_budget=kv_budget,
+    )  # fmt: skip
+    return replace(
+        plan,
+        lost_mass=None,
+        signal="loss",
+        loss_increase=chosen_cost(costs, plan.windows, plan.candidates),
+    )
+
+
 def calibration_batches(
     model: torch.nn.Module,
     data: TextLike,
@@ -209,8 +257,11 @@ def search_plan(
     sample_queries: int = 64,
     seed: int = 0,
     tokenizer: Any | None = None,
+    signal: str = "mass",
+    progress: bool = False,
 ) -> SearchedPlan:
-    """Measure mass on `calib`, then allocate windows per KV head (module docstring).
+    """Measure mass (or loss costs) on `calib`, then allocate windows per KV head (module
+    docstring).
 
     Args:
         model: a supported transformers causal LM; left as it was on return.
@@ -220,8 +271,13 @@ def search_plan(
         sinks: attention sinks of every head, measured and costed (default 0: none).
         seq_len: calibration length T (default 512, capped by the model and the data).
         candidates: ascending windows (default `default_candidates(T)`).
-        sample_queries: exact attention rows per head and batch.
+        sample_queries: exact attention rows per head and batch (mass signal).
+        signal: "mass" (attention mass beyond each window, one pass) or "loss" (the loss rise
+            of cutting each KV head alone to each window: one pass per (KV head, candidate <
+            T), `hf_ablation`).
+        progress: a progress bar over the loss signal's passes.
     """
+    check_signal(signal)
     check_budget(budget, kv_budget)
     batches = calibration_batches(
         model,
@@ -233,10 +289,16 @@ def search_plan(
     )
     t = batches[0].shape[1]
     cands = check_candidates(candidates) if candidates is not None else default_candidates(t)
+    name, shape = type(model).__name__, kv_shape(model)
+    if signal == "loss":
+        costs = measure_loss_costs(model, batches, cands, sinks=sinks, progress=progress)
+        return plan_from_loss(
+            costs, cands, t, budget, name, n_head=layout(model).n_head, shape=shape,
+            sinks=sinks, kv_budget=kv_budget,
+        )  # fmt: skip
     mass = measure_mass(
         model, batches, cands, sample_queries=sample_queries, seed=seed, sinks=sinks
     )
     return plan_from_mass(
-        mass, cands, t, budget, type(model).__name__,
-        shape=kv_shape(model), sinks=sinks, kv_budget=kv_budget,
-    )  # fmt: skip
+        mass, cands, t, budget, name, shape=shape, sinks=sinks, kv_budget=kv_budget
+    )

@@ -1,0 +1,162 @@
+"""The loss signal of the plan search: what cutting one KV head to a window costs in loss.
+
+Shapes: L layers, Hq query heads and Hkv KV heads per layer (G = Hq / Hkv; query head h reads
+KV head h // G), calibration batches (B, T) of token ids, n_w ascending candidate windows.
+
+For each KV head and each candidate c < T the model runs the calibration batches with that KV
+head's G query heads cut to window c (and the plan's sinks), every other head at full causal
+attention, through the same "aah" attention path `hf.apply` imposes plans with. The cost is
+the rise of the mean next-token loss (nats) over the model with every head full. Candidates
+>= T cut nothing and cost 0. As `aah.eval.head_ablation` does on the project's own GPT, the
+measured rises are then made non-increasing in the window (a wider window never costs more):
+each is raised to the largest of any wider candidate (running max from the widest down, which
+also absorbs noise), floored at 0.
+
+Attention mass beyond a window (`hf_mass`) is a proxy for this cost: a head that retrieves a
+few far tokens puts little mean mass far away, yet carries those tokens. Cost of measuring it:
+one forward over the calibration batches per (KV head, candidate < T), i.e.
+L x Hkv x |{c < T}| passes plus one for the reference loss.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+from tqdm import tqdm
+
+from aah.controller.plan import Plan
+from aah.integrations.hf import applied
+from aah.integrations.hf_layout import layout
+from aah.validate import check_int
+
+
+class Imposed(NamedTuple):
+    """Windows [layer][query head] and sinks [layer][query head] (None: none) for `hf.apply`."""
+
+    windows: Plan
+    sinks: Plan | None
+
+
+@torch.no_grad()
+def mean_loss(model: torch.nn.Module, batches: Sequence[torch.Tensor]) -> float:
+    """Mean next-token loss (nats) over every predicted token of `batches` (B, T), as the model
+    stands (its attention implementation and plan); ValueError when no block has 2 tokens."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    nll, count = 0.0, 0
+    try:
+        for ids in batches:
+            ids = ids.to(device)
+            logits = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
+            targets = ids[:, 1:]
+            nll += float(
+                torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
+                )
+            )
+            count += targets.numel()
+    finally:
+        model.train(was_training)
+    if count == 0:
+        raise ValueError("the loss needs blocks of at least 2 tokens")
+    return nll / count
+
+
+def cut_plan(
+    n_layer: int, n_head: int, group: int, seq_len: int, layer: int, kv_head: int, window: int
+) -> Plan:
+    """[layer][query head]: every head full (`seq_len`) but the G query heads of `kv_head` in
+    `layer`, which get `window`."""
+    plan = [[seq_len] * n_head for _ in range(n_layer)]
+    for h in range(kv_head * group, (kv_head + 1) * group):
+        plan[layer][h] = int(window)
+    return plan
+
+
+def loss_increase(
+    model: torch.nn.Module,
+    batches: Sequence[torch.Tensor],
+    candidates: Sequence[int],
+    *,
+    sinks: int = 0,
+    progress: bool = False,
+) -> torch.Tensor:
+    """(L, Hkv, n_w) float64: measured rise of the mean loss (nats, may be < 0 by noise) when
+    that KV head alone is cut to each candidate with `sinks` sinks (module docstring); 0 for
+    candidates >= T. The model's plan and implementation are as they were on return."""
+    check_int("sinks", sinks, minimum=0)
+    cands = [int(c) for c in candidates]
+    if not cands or any(c < 1 for c in cands) or sorted(set(cands)) != cands:
+        raise ValueError(f"candidates must be distinct ints >= 1 in ascending order, got {cands}")
+    if not batches:
+        raise ValueError("no calibration batches")
+    lay = layout(model)
+    seq_len = int(batches[0].shape[1])
+    group = lay.n_head // lay.n_kv_head
+    sink_rows = [[sinks] * lay.n_head for _ in range(lay.n_layer)] if sinks else None
+    out = torch.zeros(lay.n_layer, lay.n_kv_head, len(cands), dtype=torch.float64)
+    todo = [
+        (layer, kv, j)
+        for layer in range(lay.n_layer)
+        for kv in range(lay.n_kv_head)
+        for j, c in enumerate(cands)
+        if c < seq_len
+    ]
+    full = [[seq_len] * lay.n_head for _ in range(lay.n_layer)]
+    with applied(model, Imposed(full, sink_rows)):
+        base = mean_loss(model, batches)
+    bar = tqdm(todo, desc="loss signal (KV head x window)", unit="pass", disable=not progress)
+    for layer, kv, j in bar:
+        plan = cut_plan(lay.n_layer, lay.n_head, group, seq_len, layer, kv, cands[j])
+        with applied(model, Imposed(plan, sink_rows)):
+            out[layer, kv, j] = mean_loss(model, batches) - base
+    if not math.isfinite(base) or not torch.isfinite(out).all():
+        raise RuntimeError("the calibration loss is not finite")
+    return out
+
+
+def monotone_costs(raw: torch.Tensor) -> torch.Tensor:
+    """(..., n_w) over ascending candidates: `raw` floored at 0, then raised to the largest
+    value of any wider candidate (running max from the widest down)."""
+    flipped = raw.clamp(min=0.0).flip(-1)
+    return torch.cummax(flipped, dim=-1).values.flip(-1)
+
+
+def measure_loss_costs(
+    model: torch.nn.Module,
+    batches: Sequence[torch.Tensor],
+    candidates: Sequence[int],
+    *,
+    sinks: int = 0,
+    progress: bool = False,
+) -> torch.Tensor:
+    """(L, Hkv, n_w) float64 costs, >= 0 and non-increasing along the candidates: the loss
+    rise of cutting each KV head alone to each candidate (module docstring)."""
+    return monotone_costs(loss_increase(model, batches, candidates, sinks=sinks, progress=progress))
+
+
+def per_query_head(costs: torch.Tensor, n_head: int) -> torch.Tensor:
+    """(L, Hkv, n_w) -> (L, Hq, n_w): each KV head's cost split evenly over its G query heads,
+    so that their sum, which `hf_allocate` allocates on, is the KV head's cost."""
+    n_kv = costs.shape[1]
+    if n_head % n_kv:
+        raise ValueError(f"{n_head} query heads do not split into {n_kv} KV heads")
+    group = n_head // n_kv
+    return costs.repeat_interleave(group, dim=1) / group
+
+
+def chosen_cost(costs: torch.Tensor, windows: Plan, candidates: Sequence[int]) -> float:
+    """Sum over KV heads of the cost (L, Hkv, n_w) at each KV head's window in `windows`
+    [layer][query head] (windows must be candidates): the summed single-head loss rises."""
+    n_kv = costs.shape[1]
+    index = {int(c): j for j, c in enumerate(candidates)}
+    total = 0.0
+    for layer, row in enumerate(windows):
+        group = len(row) // n_kv
+        for kv in range(n_kv):
+            total += float(costs[layer, kv, index[int(row[kv * group])]])
+    return total

@@ -1,0 +1,184 @@
+"""The loss signal of the plan search: measured costs, allocation on them, plan files, the flag."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+import torch
+from hf_models import VOCAB, tiny_model
+
+from aah.cli.plan_checks import check_signal_flag
+from aah.integrations import hf, hf_cli, hf_plan, hf_search
+from aah.integrations.hf_ablation import (
+    Imposed,
+    loss_increase,
+    measure_loss_costs,
+    monotone_costs,
+    per_query_head,
+)
+from aah.integrations.hf_allocate import kv_shape
+from aah.integrations.hf_plan import SearchedPlan
+from aah.integrations.hf_search import plan_from_loss, search_plan
+
+T = 32
+CANDIDATES = [2, 4, 8, 16, 32]
+SINKS = 2
+
+
+def ids(n: int = 2, seed: int = 3) -> torch.Tensor:
+    return torch.randint(2, VOCAB, (n, T), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module")
+def measured() -> tuple[torch.nn.Module, list[torch.Tensor], torch.Tensor]:
+    """GQA Llama (2 layers, 4 query / 2 KV heads), two calibration batches, raw loss rises."""
+    model = tiny_model("llama")
+    batches = [ids()[:1], ids()[1:]]
+    return model, batches, loss_increase(model, batches, CANDIDATES, sinks=SINKS)
+
+
+def nll_by_hand(model: torch.nn.Module, batches: list[torch.Tensor]) -> float:
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for b in batches:
+            logits = model(input_ids=b, use_cache=False).logits[:, :-1]
+            total += float(
+                torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, VOCAB), b[:, 1:].reshape(-1), reduction="sum"
+                )
+            )
+            count += b[:, 1:].numel()
+    return total / count
+
+
+def test_a_measured_cost_is_the_loss_difference_of_that_plan(measured) -> None:
+    model, batches, raw = measured
+    assert raw.shape == (2, 2, len(CANDIDATES)) and raw.dtype == torch.float64
+    assert (raw[..., -1] == 0).all()  # the full candidate cuts nothing
+    assert raw.abs().max() > 1e-4  # cutting a head does change a random model's loss
+    base = nll_by_hand(model, batches)  # the model's own sdpa attention, every head full
+    layer, kv, j = 1, 0, 1  # KV head 0 of layer 1 (query heads 0 and 1) cut to window 4
+    windows = [[T] * 4, [T] * 4]
+    windows[1][0] = windows[1][1] = CANDIDATES[j]
+    with hf.applied(model, Imposed(windows, [[SINKS] * 4, [SINKS] * 4])):
+        assert hf.current_sinks(model) == [[SINKS] * 4] * 2
+        cut = nll_by_hand(model, batches)
+    assert float(raw[layer, kv, j]) == pytest.approx(cut - base, abs=1e-6)
+    assert model.config._attn_implementation == "sdpa" and hf.current_plan(model) is None
+
+
+def test_costs_are_floored_and_never_rise_with_the_window(measured) -> None:
+    _, _, raw = measured
+    costs = monotone_costs(raw)
+    for index in torch.cartesian_prod(torch.arange(2), torch.arange(2)).tolist():
+        row = raw[index[0], index[1]].tolist()
+        expect = [max(0.0, *row[j:]) for j in range(len(row))]
+        assert costs[index[0], index[1]].tolist() == expect
+    assert (costs.diff(dim=-1) <= 0).all() and (costs >= 0).all()
+    hand = torch.tensor([[[-0.1, 0.3, 0.05, 0.2, 0.0]]], dtype=torch.float64)
+    assert monotone_costs(hand).tolist() == [[[0.3, 0.3, 0.2, 0.2, 0.0]]]
+
+
+def test_measure_loss_costs_is_the_monotone_raw_measurement(measured) -> None:
+    model, batches, raw = measured
+    costs = measure_loss_costs(model, batches, CANDIDATES, sinks=SINKS)
+    torch.testing.assert_close(costs, monotone_costs(raw), rtol=0, atol=0)
+    split = per_query_head(costs, 4)
+    assert split.shape == (2, 4, len(CANDIDATES))
+    torch.testing.assert_close(split.reshape(2, 2, 2, -1).sum(2), costs)
+
+
+def test_loss_signal_keeps_wide_the_head_the_loss_needs(monkeypatch) -> None:
+    """KV head 1 of layer 0 matters for the loss at every window below T; the mass of a random
+    model does not earn it the full window under the same budget."""
+    model = tiny_model("llama")
+    target = (0, 1)
+    table = torch.tensor([0.04, 0.02, 0.01, 0.005, 0.0], dtype=torch.float64).repeat(2, 2, 1)
+    table[target] = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0], dtype=torch.float64)
+    seen: dict[str, object] = {}
+
+    def fake(model_, batches, candidates, *, sinks=0, progress=False):  # type: ignore[no-untyped-def]
+        seen.update(candidates=list(candidates), sinks=sinks, t=batches[0].shape[1])
+        return table
+
+    monkeypatch.setattr(hf_search, "measure_loss_costs", fake)
+    opts = {"seq_len": T, "candidates": CANDIDATES, "sinks": SINKS, "sample_queries": 16}
+    by_loss = search_plan(model, ids(), 0.5, signal="loss", **opts)
+    by_mass = search_plan(model, ids(), 0.5, signal="mass", **opts)
+    assert seen == {"candidates": CANDIDATES, "sinks": SINKS, "t": T}
+    layer, kv = target
+    assert by_loss.windows[layer][2 * kv : 2 * kv + 2] == [T, T]
+    assert by_mass.windows[layer][2 * kv] < T
+    assert by_loss.coverage <= 0.5 and by_mass.coverage <= 0.5
+    assert by_loss.signal == "loss" and by_loss.lost_mass is None
+    assert by_mass.signal == "mass" and by_mass.loss_increase is None
+    # the summed costs of the chosen windows: every other KV head at its chosen candidate
+    chosen = [
+        float(table[l, k, CANDIDATES.index(by_loss.windows[l][2 * k])])
+        for l in range(2)
+        for k in range(2)
+    ]
+    assert by_loss.loss_increase == pytest.approx(sum(chosen))
+
+
+def test_plan_from_loss_checks_the_table_shape() -> None:
+    shape = kv_shape(tiny_model("llama"))
+    costs = torch.zeros(2, 4, len(CANDIDATES), dtype=torch.float64)
+    with pytest.raises(ValueError, match="costs are 2 layers x 4 KV heads, the model has 2 x 2"):
+        plan_from_loss(costs, CANDIDATES, T, 0.3, "m", n_head=4, shape=shape)
+
+
+def test_cli_loss_search_writes_a_plan_that_apply_reads(tmp_path, capsys) -> None:
+    model_dir = tmp_path / "model"
+    tiny_model("llama").save_pretrained(model_dir)
+    text = tmp_path / "text.txt"
+    text.write_text("def f(x):\n    return x * 2  # doubles\n" * 12)
+    out = tmp_path / "plan.json"
+    parser = argparse.ArgumentParser()
+    hf_cli.add_plan_search_arguments(parser)
+    argv = [str(model_dir), "--text", str(text), "--out", str(out), "--seq-len", "32"]
+    argv += ["--budget", "0.4", "--sinks", "2", "--max-batches", "2", "--signal", "loss"]
+    argv += ["--candidates", "4,8,16,32"]
+    assert hf_cli.run_plan_search(parser.parse_args(argv)) == 0
+    plan = SearchedPlan.load(out)
+    assert plan.signal == "loss" and plan.lost_mass is None and plan.loss_increase is not None
+    assert SearchedPlan.from_json(plan.to_json()) == plan
+    assert plan.coverage <= 0.4 and plan.sinks == [[2] * 4] * 2
+    assert all(row[0] == row[1] and row[2] == row[3] for row in plan.windows)
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert "loss signal" in printed[0] and "loss rise" in printed[0]
+    assert json.loads(printed[-1])["signal"] == "loss"
+
+    parser = argparse.ArgumentParser()
+    hf_cli.add_plan_apply_arguments(parser)
+    argv = [str(model_dir), "--plan", str(out), "--text", str(text), "--max-batches", "2"]
+    assert hf_cli.run_plan_apply(parser.parse_args(argv)) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["coverage"] == pytest.approx(plan.coverage)
+    assert result["kv_bytes"] == plan.kv_bytes < result["kv_bytes_full"]
+    assert result["ppl_plan"] != result["ppl_full"]
+
+
+def test_bad_signal_values_are_named(capsys) -> None:
+    parser = argparse.ArgumentParser()
+    hf_cli.add_plan_search_arguments(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["m", "--text", "t", "--out", "o", "--signal", "gradient"])
+    assert "invalid choice: 'gradient'" in capsys.readouterr().err
+    assert hf_cli.SIGNALS == hf_plan.SIGNALS
+    with pytest.raises(ValueError, match="signal must be one of mass, loss, got 'gradient'"):
+        search_plan(tiny_model("llama"), ids(), 0.3, signal="gradient")
+    with pytest.raises(ValueError, match="--signal must be one of mass, loss, got 'Loss'"):
+        check_signal_flag("Loss", None)
+    with pytest.raises(ValueError, match="--heldout sweeps budgets on the mass signal only"):
+        check_signal_flag("loss", "heldout.txt")
+    check_signal_flag("loss", None)
+    good = json.loads(SearchedPlan([[4]], 0.5, 0.4, [4], "m", 8).to_json())
+    with pytest.raises(ValueError, match="signal must be one of mass, loss, got 'entropy'"):
+        SearchedPlan.from_json(json.dumps({**good, "signal": "entropy"}))
+    with pytest.raises(ValueError, match="loss_increase must be a finite number, got 'x'"):
+        SearchedPlan.from_json(json.dumps({**good, "loss_increase": "x"}))
+    with pytest.raises(ValueError, match=r"candidates must be distinct .* got \[8, 4\]"):
+        loss_increase(tiny_model("llama"), [ids()], [8, 4])
