@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from aah.controller.plan import Plan
 from aah.integrations.hf import applied
+from aah.integrations.hf_allocate import check_candidates
 from aah.integrations.hf_layout import layout
 from aah.validate import check_int
 
@@ -89,9 +90,7 @@ def loss_increase(
     that KV head alone is cut to each candidate with `sinks` sinks (module docstring); 0 for
     candidates >= T. The model's plan and implementation are as they were on return."""
     check_int("sinks", sinks, minimum=0)
-    cands = [int(c) for c in candidates]
-    if not cands or any(c < 1 for c in cands) or sorted(set(cands)) != cands:
-        raise ValueError(f"candidates must be distinct ints >= 1 in ascending order, got {cands}")
+    cands = check_candidates(candidates)
     if not batches:
         raise ValueError("no calibration batches")
     lay = layout(model)

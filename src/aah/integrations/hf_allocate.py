@@ -33,6 +33,14 @@ from aah.model.cache_layout import kv_capacities, kv_sinks
 from aah.validate import check_int
 
 
+def check_candidates(candidates: Sequence[int]) -> list[int]:
+    """The candidate windows as ints, or ValueError unless they are distinct, >= 1, ascending."""
+    out = [int(c) for c in candidates]
+    if not out or any(c < 1 for c in out) or sorted(set(out)) != out:
+        raise ValueError(f"candidates must be distinct ints >= 1 in ascending order, got {out}")
+    return out
+
+
 @dataclass(frozen=True)
 class KVShape:
     """What KV memory a model's plan costs: KV heads per layer, bytes per stored position of

@@ -20,11 +20,10 @@ import torch
 from aah.attention import coverage
 from aah.integrations.hf import applied, plan_windows
 from aah.integrations.hf_ablation import mean_loss
-from aah.integrations.hf_allocate import kv_shape
+from aah.integrations.hf_allocate import check_candidates, kv_shape
 from aah.integrations.hf_data import TextLike
 from aah.integrations.hf_search import (
     calibration_batches,
-    check_candidates,
     default_candidates,
     measure_mass,
     plan_from_mass,

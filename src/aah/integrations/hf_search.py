@@ -33,7 +33,13 @@ from aah.attention import coverage
 from aah.controller.mass import mass_beyond
 from aah.integrations.hf import layout, probing
 from aah.integrations.hf_ablation import chosen_cost, measure_loss_costs, per_query_head
-from aah.integrations.hf_allocate import KVShape, allocate_kv_heads, kv_shape, plan_kv_bytes
+from aah.integrations.hf_allocate import (
+    KVShape,
+    allocate_kv_heads,
+    check_candidates,
+    kv_shape,
+    plan_kv_bytes,
+)
 from aah.integrations.hf_data import TextLike, token_batches
 from aah.integrations.hf_mass import mass_beyond_given_sinks
 from aah.integrations.hf_plan import SIGNALS, SearchedPlan
@@ -53,13 +59,6 @@ def check_signal(signal: str) -> str:
     if signal not in SIGNALS:
         raise ValueError(f"signal must be one of {', '.join(SIGNALS)}, got {signal!r}")
     return signal
-
-
-def check_candidates(candidates: Sequence[int]) -> list[int]:
-    out = [int(c) for c in candidates]
-    if not out or any(c < 1 for c in out) or sorted(set(out)) != out:
-        raise ValueError(f"candidates must be distinct ints >= 1 in ascending order, got {out}")
-    return out
 
 
 def measure_mass(
