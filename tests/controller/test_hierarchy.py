@@ -6,11 +6,18 @@ seeded cases; here each rule is pinned by a case small enough to work out by han
 
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aah.controller.clustering import cluster_level0, cluster_upper, merge_small_groups, unit_rows
+from aah.controller.clustering import (
+    Closest,
+    cluster_level0,
+    cluster_upper,
+    merge_small_groups,
+    unit_rows,
+)
 from aah.controller.hierarchy import (
     GroupingRule,
     build,
@@ -31,6 +38,19 @@ def at(deg, norm=1.0, dims=4):
 def test_two_clear_clusters_interleaved():
     feats = torch.stack([at(0), at(90), at(5), at(85), at(-3), at(92)])
     assert cluster_level0(feats, 0.72, 3) == [[0, 2, 4], [1, 3, 5]]
+
+
+def test_margins_record_the_closest_call():
+    # row 1 is 40 deg from row 0: cos 0.766 against the threshold 0.72; row 2 at 90 deg
+    closest = Closest()
+    assert cluster_level0(torch.stack([at(0), at(40), at(90)]), 0.72, 1, closest=closest)
+    gaps = [math.cos(math.radians(40)) - 0.72, 0.72 - math.cos(math.radians(50))]
+    assert closest.value == pytest.approx(min(gaps), abs=1e-6)
+    # identical rows: the split's least similar pair is a tie, so the margin is ~0
+    tie = Closest()
+    cluster_level0(torch.stack([at(10)] * 4), 0.72, 1, closest=tie)
+    assert tie.value < 1e-6
+    assert Closest().value == math.inf
 
 
 def test_collapse_splits_around_least_similar_pair():

@@ -19,6 +19,9 @@ Per regime (a decision runs at the first forward after warm-up, then every `inte
 The first warm-up forward (regimes with grouping) also starts the feature EMA and caches
 level 0. Without a warm-up, the first decision takes the full-adaptive path and fills the
 caches. Every forward after warm-up steps the window-index EMA with the latest proposal.
+`margins.value` is the smallest decision margin (aah.controller.clustering.Closest) of every
+clustering and argmax since the controller was made or loaded: a decision that near a tie
+can go either way on another CPU, in the reference as well.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
+from aah.controller.clustering import Closest
 from aah.controller.decide import WindowIndexEMA, heads_from_level0, top_down
 from aah.controller.head_stats import group_features, head_features, qkv_head_stats
 from aah.controller.hierarchy import (
@@ -106,6 +110,7 @@ class LayerController:
         self.stepped_to: int | None = None  # last forward whose window EMA step is done
         self.in_force: list[int] | None = None
         self.last: Decision | None = None
+        self.margins = Closest()
         self._fixed = (
             fixed_halves(n_heads, settings.grouping_seed)
             if settings.regime == "fixed-random"
@@ -160,7 +165,8 @@ class LayerController:
         feats = head_features(qkv_head_stats(x.q, x.k, x.v), x.attn)
         self._smooth(feats)
         assert self.feature_ema is not None
-        self.head_map = build(self.feature_ema, self.settings.rule, None).head_to_group()
+        hier = build(self.feature_ema, self.settings.rule, None, self.margins)
+        self.head_map = hier.head_to_group()
 
     def _smooth(self, feats: torch.Tensor) -> None:
         decay = min(1.0, max(0.0, self.settings.feature_ema))
@@ -183,10 +189,11 @@ class LayerController:
             return from_topology(self.topology, group_features(x.q, x.k, x.v, level0, x.attn), n)
         if s.regime == "deep-reuse" and self.head_map is not None:
             level0 = groups_of(self.head_map)
-            return grow(level0, group_features(x.q, x.k, x.v, level0, x.attn), n, s.rule)
+            feats0 = group_features(x.q, x.k, x.v, level0, x.attn)
+            return grow(level0, feats0, n, s.rule, self.margins)
         self._smooth(head_features(qkv_head_stats(x.q, x.k, x.v), x.attn))
         assert self.feature_ema is not None
-        hier = build(self.feature_ema, s.rule, self.head_map)
+        hier = build(self.feature_ema, s.rule, self.head_map, self.margins)
         if s.regime == "shallow-freeze":
             self.topology = hier.topology()
         return hier
@@ -198,7 +205,7 @@ class LayerController:
             self.head_map = hier.head_to_group()
         joint = s.joint_scoring and s.regime != "grouping-off"
         logits = self.scorer.logits(hier, enriched_inputs(hier), joint)
-        choice = top_down(hier, logits, s.parent_constraint)
+        choice = top_down(hier, logits, s.parent_constraint, self.margins)
         proposal = heads_from_level0(hier.levels[0], choice[0], self.n_heads)
         return Decision(hier, logits, choice, proposal)
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from aah.controller.clustering import Closest
 from aah.controller.hierarchy import Hierarchy
 
 
@@ -15,14 +16,21 @@ def is_update_step(step: int, warmup_steps: int, interval: int) -> bool:
 
 
 def top_down(
-    hier: Hierarchy, logits: list[torch.Tensor], parent_constraint: bool = True
+    hier: Hierarchy,
+    logits: list[torch.Tensor],
+    parent_constraint: bool = True,
+    closest: Closest | None = None,
 ) -> list[list[int]]:
     """Window index per group and level: argmax at the top; below, argmax then (with the
-    constraint) min(child, parent), so no child is wider than its parent."""
+    constraint) min(child, parent), so no child is wider than its parent. Each argmax's
+    margin over the runner-up goes to `closest`."""
     n_levels = len(logits)
     out: list[list[int]] = [[] for _ in range(n_levels)]
     for l in range(n_levels - 1, -1, -1):
         choice = [int(i) for i in logits[l].argmax(dim=-1).tolist()]
+        if closest is not None:
+            for row in logits[l]:
+                closest.note_runner_up(row)
         parents = hier.parents(l)
         if parent_constraint and parents is not None:
             choice = [min(c, out[l + 1][parents[g]]) for g, c in enumerate(choice)]

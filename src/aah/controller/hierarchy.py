@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from aah.controller.clustering import Groups, cluster_level0, cluster_upper
+from aah.controller.clustering import Closest, Groups, cluster_level0, cluster_upper
 
 
 @dataclass(frozen=True)
@@ -89,14 +89,20 @@ def aggregate(groups: Groups, feats: torch.Tensor) -> torch.Tensor:
     return torch.stack([feats[g].mean(dim=0) for g in groups])
 
 
-def grow(level0: Groups, feats0: torch.Tensor, n_heads: int, rule: GroupingRule) -> Hierarchy:
-    """Level 0 as given, then upper levels as in the module docstring."""
+def grow(
+    level0: Groups,
+    feats0: torch.Tensor,
+    n_heads: int,
+    rule: GroupingRule,
+    closest: Closest | None = None,
+) -> Hierarchy:
+    """Level 0 as given, then upper levels as in the module docstring (margins to `closest`)."""
     levels, feats = [level0], [feats0]
     if len(level0) == 1:
         return Hierarchy(levels, feats, n_heads)
     for _ in range(1, rule.max_depth):
         groups = cluster_upper(
-            feats[-1], rule.upper_threshold, rule.min_group_size, rule.norm_penalty
+            feats[-1], rule.upper_threshold, rule.min_group_size, rule.norm_penalty, closest
         )
         if len(groups) == 1:
             break
@@ -105,12 +111,17 @@ def grow(level0: Groups, feats0: torch.Tensor, n_heads: int, rule: GroupingRule)
     return Hierarchy(levels, feats, n_heads)
 
 
-def build(head_feats: torch.Tensor, rule: GroupingRule, previous: list[int] | None) -> Hierarchy:
+def build(
+    head_feats: torch.Tensor,
+    rule: GroupingRule,
+    previous: list[int] | None,
+    closest: Closest | None = None,
+) -> Hierarchy:
     """Cluster heads into level 0 (stickiness toward `previous`, a head -> group map), grow."""
     level0 = cluster_level0(
-        head_feats, rule.group_threshold, rule.min_group_size, previous, rule.stickiness
+        head_feats, rule.group_threshold, rule.min_group_size, previous, rule.stickiness, closest
     )
-    return grow(level0, aggregate(level0, head_feats), head_feats.shape[0], rule)
+    return grow(level0, aggregate(level0, head_feats), head_feats.shape[0], rule, closest)
 
 
 def passthrough(level0: Groups, feats0: torch.Tensor, n_heads: int, depth: int) -> Hierarchy:
