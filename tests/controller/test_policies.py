@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from aah.controller import POLICIES, ControllerConfig, load_plan, make_policy, plan_to_json
+from aah.controller.protocol import ProbesLoss
 
 L, H, HKV, T, D, B = 3, 6, 3, 64, 8, 2
 ADAPTIVE = [
@@ -27,9 +28,20 @@ def qkv(seed, layers=L):
     return out
 
 
+def toy_loss(plan):
+    """A stand-in for the model's loss under a plan: head (l, h) costs (l H + h + 1) per
+    unit of context it loses, so later heads want wider windows."""
+    return sum(
+        (l * H + h + 1) * (T - w) / T for l, row in enumerate(plan) for h, w in enumerate(row)
+    )
+
+
 def policy(name, **kw):
     cfg = ControllerConfig(policy=name, warmup_steps=kw.pop("warmup_steps", 0), **kw)
-    return make_policy(cfg, n_layer=L, n_head=H, n_kv_head=HKV, seq_len=T)
+    pol = make_policy(cfg, n_layer=L, n_head=H, n_kv_head=HKV, seq_len=T)
+    if isinstance(pol, ProbesLoss):
+        pol.attach_probe(toy_loss)
+    return pol
 
 
 def run(pol, steps, seed0=0):
@@ -248,17 +260,18 @@ def test_ablation_switches_change_the_controller():
 
     base = settings_for(ControllerConfig(policy="aah-v3-full-adaptive"))
     assert base.parent_constraint and base.joint_scoring and base.feature_ema == 0.9
-    base_plans = run(policy("aah-v3-full-adaptive", interval=1), range(3))
+    base_plans = run(policy("aah-v3-full-adaptive", interval=1), range(6))
     for kw, field, value in (
         ({"parent_constraint": False}, "parent_constraint", False),
         ({"joint_scoring": False}, "joint_scoring", False),
         ({"use_feature_ema": False}, "feature_ema", 0.0),
-        ({"window_ema": 0.3}, "window_ema", 0.3),
+        # above 0.5 any change of proposal is smoothed (0.3 needs a jump of two windows)
+        ({"window_ema": 0.6}, "window_ema", 0.6),
     ):
         cfg = ControllerConfig(policy="aah-v3-full-adaptive", **kw)
         assert getattr(settings_for(cfg), field) == value
-        plans = run(policy("aah-v3-full-adaptive", interval=1, **kw), range(3))
-        assert len(plans) == 3 and plans != base_plans, f"{kw} left the plans unchanged"
+        plans = run(policy("aah-v3-full-adaptive", interval=1, **kw), range(6))
+        assert len(plans) == 6 and plans != base_plans, f"{kw} left the plans unchanged"
     shallow = settings_for(ControllerConfig(policy="aah-v3-shallow-freeze", max_depth=4))
     assert shallow.rule.max_depth == 1 and shallow.regime == "shallow-freeze"
 

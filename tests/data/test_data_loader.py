@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from aah.data import BatchLoader, eval_batches
+from aah.data.loader import spread_windows
 
 TOKENS = np.random.default_rng(0).integers(0, 256, size=5000, dtype=np.uint8)
 
@@ -119,3 +120,12 @@ def test_eval_batches_max_batches() -> None:
     batches = list(eval_batches(TOKENS, 2, 100, max_batches=3))
     assert len(batches) == 3
     assert torch.equal(batches[2][0][1], torch.from_numpy(TOKENS[500:600].astype(np.int64)))
+
+
+def test_spread_windows_cover_the_whole_split():
+    tokens = np.arange(1000, dtype=np.uint8)
+    w = spread_windows(tokens, 10, 5)
+    assert w.shape == (5, 11)
+    assert int(w[0, 0]) == 0 and int(w[-1, -1]) == 999 % 256
+    with pytest.raises(ValueError, match="fewer than T"):
+        spread_windows(np.arange(5, dtype=np.uint8), 10, 2)

@@ -12,7 +12,7 @@ from aah.attention import coverage
 from aah.cli import main
 from aah.controller import load_plan
 from aah.model import GPT, GPTConfig
-from aah.posthoc.analysis import EvalSet, score, strided_windows
+from aah.posthoc.analysis import EvalSet, score
 from aah.posthoc.plans import budgeted_plan, shuffled, uniform_window
 
 T = 64
@@ -62,15 +62,6 @@ def test_shuffles_are_seeded_permutations():
     a = shuffled(plan, torch.Generator().manual_seed(0), across_layers=True)
     b = shuffled(plan, torch.Generator().manual_seed(0), across_layers=True)
     assert a == b and sorted(flat(a)) == list(range(1, 9))
-
-
-def test_strided_windows_cover_the_whole_split():
-    tokens = np.arange(1000, dtype=np.uint8)
-    w = strided_windows(tokens, 10, 5)
-    assert w.shape == (5, 11)
-    assert int(w[0, 0]) == 0 and int(w[-1, -1]) == 999 % 256
-    with pytest.raises(ValueError, match="fewer than T"):
-        strided_windows(np.arange(5, dtype=np.uint8), 10, 2)
 
 
 def test_posthoc_command_on_two_tiny_runs(tmp_path, tiny_corpus, capsys):

@@ -134,15 +134,20 @@ class BudgetPolicy(BasePolicy):
 SHUFFLE_STREAM = 104_729
 
 
-class ShuffledBudgetPolicy(BudgetPolicy):
-    """budget-shuffled: see the module docstring."""
+class LayerShuffle(BasePolicy):
+    """Mixin for a matched-coverage control: after the parent policy's update, each layer's
+    windows are permuted across its heads with a seeded draw, so every layer's coverage is
+    the parent's and only which head gets which window differs. List it before the parent:
+    `class Control(LayerShuffle, Parent)`."""
 
-    def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
-        super().__init__(cfg, "budget-shuffled", **dims)
+    def __init__(self, cfg: ControllerConfig, name: str, **dims: int) -> None:
+        super().__init__(cfg=cfg, name=name, **dims)  # keywords: the parent's own order
         self._gen = torch.Generator().manual_seed(cfg.seed + SHUFFLE_STREAM)
 
     def update(self, step: int, qkv: QKV | None) -> Plan:
         plan = super().update(step, qkv)
+        if plan is None:
+            raise ValueError(f"{self.name}: the policy it shuffles made no plan")
         self._plan = [
             [row[i] for i in torch.randperm(len(row), generator=self._gen).tolist()] for row in plan
         ]
@@ -154,3 +159,10 @@ class ShuffledBudgetPolicy(BudgetPolicy):
     def _load(self, state: dict) -> None:
         super()._load(state)
         self._gen.set_state(state["shuffle_rng"])
+
+
+class ShuffledBudgetPolicy(LayerShuffle, BudgetPolicy):
+    """budget-shuffled: see the module docstring."""
+
+    def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
+        super().__init__(cfg, "budget-shuffled", **dims)

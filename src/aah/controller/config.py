@@ -21,6 +21,8 @@ PolicyName = Literal[
     "aah-v3-grouping-off",
     "budget",
     "budget-shuffled",
+    "loss-ablation",
+    "loss-ablation-shuffled",
 ]
 POLICIES: tuple[str, ...] = get_args(PolicyName)
 #: how a head's context use is measured (aah.controller.head_stats).
@@ -40,6 +42,8 @@ class ControllerConfig:
     computes the attention features over every row (exact); N > 0 estimates them from N
     sampled rows. `usage`: "last-key" (the method's) or "look-back" (share of reachable
     context used). `sample_queries` is the row sample of the budget policies' mass feature.
+    `ablation_windows`: calibration sequences of T (evenly spaced over the training split)
+    on which the loss-ablation policies measure what cutting each head costs.
     """
 
     policy: PolicyName = "full"
@@ -67,6 +71,7 @@ class ControllerConfig:
     feature_rows: int = 0
     usage: Usage = "last-key"
     windowed_from_start: bool = False
+    ablation_windows: int = 16
 
     def validate(self, seq_len: int | None = None) -> None:
         """Raise ValueError naming the first bad field and its value."""
@@ -89,6 +94,7 @@ class ControllerConfig:
             ("max_depth", 1),
             ("sample_queries", 1),
             ("feature_rows", 0),
+            ("ablation_windows", 1),
         ):
             check_int(f"controller.{name}", getattr(self, name), minimum)
         if self.grouping_seed is not None:

@@ -2,7 +2,8 @@
 
 full / fixed / static: one plan for the whole run (after the warm-up). random: seeded uniform
 draws from the candidate windows. The adaptive (AAH) family lives in adaptive.py, the
-budgeted allocation and its matched-coverage control (budget-shuffled) in budget.py.
+budgeted allocation and its matched-coverage control (budget-shuffled) in budget.py, the
+allocation by measured loss (loss-ablation, loss-ablation-shuffled) in ablation.py.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 import torch
 
+from aah.controller.ablation import AblationPolicy, ShuffledAblationPolicy
 from aah.controller.adaptive import ADAPTIVE_POLICIES, AdaptivePolicy
 from aah.controller.base import BasePolicy
 from aah.controller.budget import BudgetPolicy, ShuffledBudgetPolicy
@@ -121,6 +123,10 @@ def make_policy(
         return BudgetPolicy(cfg, **dims)
     if cfg.policy == "budget-shuffled":
         return ShuffledBudgetPolicy(cfg, **dims)
+    if cfg.policy == "loss-ablation":
+        return AblationPolicy(cfg, **dims)
+    if cfg.policy == "loss-ablation-shuffled":
+        return ShuffledAblationPolicy(cfg, **dims)
     if cfg.policy in ADAPTIVE_POLICIES:
         return AdaptivePolicy(cfg, **dims)
     raise ValueError(f"controller.policy: unknown policy {cfg.policy!r}")

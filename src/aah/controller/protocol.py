@@ -9,7 +9,7 @@ continue bit for bit (plain data and tensors, loadable with `torch.load(weights_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -59,3 +59,15 @@ class Policy(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class ProbesLoss(Protocol):
+    """A policy that measures the model's loss under plans of its choosing (loss-ablation).
+
+    The loop attaches a probe once the model exists: a function from a plan to the mean
+    next-byte loss (nats) of the model as it stands under that plan, on fixed calibration
+    data; the probe restores the plan in force and the training mode before it returns.
+    """
+
+    def attach_probe(self, probe: Callable[[Plan], float]) -> None: ...

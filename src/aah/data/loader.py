@@ -137,6 +137,24 @@ class BatchLoader:
         self.batches = _check_int("batches", state["batches"], 0)
 
 
+def spread_starts(n_tokens: int, seq_len: int, count: int) -> np.ndarray:
+    """Up to `count` distinct window offsets (windows of T + 1 tokens) evenly spaced over a
+    split of `n_tokens`, first and last included: windows from many files, not one."""
+    count = _check_int("count", count, 1)
+    last = n_tokens - (seq_len + 1)
+    if last < 0:
+        raise ValueError(f"the split has {n_tokens} tokens, fewer than T + 1 = {seq_len + 1}")
+    return np.unique(np.linspace(0, last, num=count).astype(np.int64))
+
+
+def spread_windows(tokens: np.ndarray, seq_len: int, count: int) -> torch.Tensor:
+    """(count', T + 1) int64 windows at `spread_starts` over the whole split."""
+    starts = spread_starts(tokens.size, seq_len, count)
+    return torch.from_numpy(
+        np.stack([tokens[s : s + seq_len + 1] for s in starts]).astype(np.int64)
+    )
+
+
 def eval_batches(
     tokens: np.ndarray,
     batch_size: int,

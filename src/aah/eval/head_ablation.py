@@ -6,7 +6,8 @@ beyond a window (aah.controller.mass) is only a proxy: a head that retrieves a f
 answers puts little mass far away on average yet carries those answers. Used by the post-hoc
 `loss-ablation` plan, which allocates windows on these costs with the same greedy budgeted
 allocation as `budget` (the setting of MoA's profiling, measured by ablation instead of
-gradients). Cost: one forward pass over the calibration windows per (head, candidate < T).
+gradients), and by the training-time `loss-ablation` policy through `plan_probe`. Cost: one
+forward pass over the calibration windows per (head, candidate < T).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from aah.controller.ablation import cut_costs
+from aah.controller.plan import Plan
 from aah.model import GPT
 
 
@@ -38,6 +41,23 @@ def mean_loss(model: GPT, windows: torch.Tensor, batch_size: int) -> float:
     return total / (windows.shape[0] * (windows.shape[1] - 1))
 
 
+def plan_probe(model: GPT, windows: torch.Tensor, batch_size: int) -> Callable[[Plan], float]:
+    """The model's mean next-byte loss (nats) on (N, T + 1) `windows` under a plan, in eval
+    mode; the plan in force and the training mode are restored before it returns."""
+
+    def probe(plan: Plan) -> float:
+        in_force, was_training = model.window_plan(), model.training
+        model.eval()
+        try:
+            model.set_window_plan(plan)
+            return mean_loss(model, windows, batch_size)
+        finally:
+            model.set_window_plan(in_force)
+            model.train(was_training)
+
+    return probe
+
+
 def loss_ablation(
     model: GPT,
     windows: torch.Tensor,
@@ -46,31 +66,8 @@ def loss_ablation(
     progress: Callable[[int, int], None] | None = None,
 ) -> np.ndarray:
     """(n_layer, n_head, n_candidates) loss increase (nats, >= 0) when that head alone is cut
-    to each candidate; non-increasing in the window (a wider window never costs more: the
-    measured value is raised to that of any wider candidate, which also absorbs noise).
-    The model's plan is restored afterwards."""
-    seq_len = model.config.max_seq_len
-    in_force = model.window_plan()
-    n_layer, n_head = len(in_force), len(in_force[0])
-    full = [[seq_len] * n_head for _ in range(n_layer)]
-    out = np.zeros((n_layer, n_head, len(candidates)), dtype=np.float64)
-    todo = [
-        (l, h, c) for l in range(n_layer) for h in range(n_head) for c in range(len(candidates))
-    ]
-    todo = [(l, h, c) for l, h, c in todo if candidates[c] < seq_len]
-    try:
-        model.set_window_plan(full)
-        base = mean_loss(model, windows, batch_size)
-        for done, (l, h, c) in enumerate(todo):
-            plan = [row[:] for row in full]
-            plan[l][h] = int(candidates[c])
-            model.set_window_plan(plan)
-            out[l, h, c] = max(0.0, mean_loss(model, windows, batch_size) - base)
-            if progress is not None:
-                progress(done + 1, len(todo))
-    finally:
-        model.set_window_plan(in_force)
-    order = np.argsort(np.asarray(candidates))
-    # running max from the widest candidate down: cost(w) = max over w' >= w of measured
-    out[..., order] = np.maximum.accumulate(out[..., order][..., ::-1], axis=-1)[..., ::-1]
-    return out
+    to each candidate (aah.controller.ablation.cut_costs on this model's loss); the model's
+    plan is restored afterwards."""
+    n_layer, n_head = model.config.n_layer, model.config.n_head
+    probe = plan_probe(model, windows, batch_size)
+    return cut_costs(probe, n_layer, n_head, model.config.max_seq_len, candidates, progress)

@@ -23,7 +23,7 @@ import torch
 from aah.attention import coverage
 from aah.controller.mass import mass_beyond
 from aah.data import load_tokens
-from aah.data.loader import answer_marks
+from aah.data.loader import answer_marks, spread_starts, spread_windows
 from aah.eval.head_ablation import chunk_losses, loss_ablation
 from aah.eval.recall import RecallCounter
 from aah.model import GPT
@@ -82,22 +82,6 @@ class EvalSet:
     buckets: tuple[tuple[int, int], ...] = ()
 
 
-def strided_starts(n_tokens: int, seq_len: int, count: int) -> np.ndarray:
-    """Up to `count` distinct window offsets evenly spaced over a split of `n_tokens`."""
-    last = n_tokens - (seq_len + 1)
-    if last < 0:
-        raise ValueError(f"the split has {n_tokens} tokens, fewer than T + 1 = {seq_len + 1}")
-    return np.unique(np.linspace(0, last, num=count).astype(np.int64))
-
-
-def strided_windows(tokens: np.ndarray, seq_len: int, count: int) -> torch.Tensor:
-    """(count', T + 1) windows starting at evenly spaced offsets over the whole split."""
-    starts = strided_starts(tokens.size, seq_len, count)
-    return torch.from_numpy(
-        np.stack([tokens[s : s + seq_len + 1] for s in starts]).astype(np.int64)
-    )
-
-
 def eval_set(
     tokens: np.ndarray,
     seq_len: int,
@@ -106,10 +90,10 @@ def eval_set(
     buckets: Sequence[tuple[int, int]] = (),
 ) -> EvalSet:
     """Strided windows of a split, with answer marks when the split has answers."""
-    windows = strided_windows(tokens, seq_len, count)
+    windows = spread_windows(tokens, seq_len, count)
     if answers is None:
         return EvalSet(windows)
-    starts = strided_starts(tokens.size, seq_len, count)
+    starts = spread_starts(tokens.size, seq_len, count)
     return EvalSet(windows, answer_marks(answers, starts, seq_len), tuple(buckets))
 
 
@@ -162,7 +146,7 @@ def run_posthoc(
         splits.val, seq_len, cfg.eval_windows, splits.val_answer_distance,
         splits.answer_buckets or (),
     )  # fmt: skip
-    calib = strided_windows(splits.train, seq_len, cfg.calib_windows)
+    calib = spread_windows(splits.train, seq_len, cfg.calib_windows)
     cands = list(cfg.windows or _powers_of_two(seq_len))
     full = [[seq_len] * config.model.n_head for _ in range(config.model.n_layer)]
     model.set_window_plan(full)

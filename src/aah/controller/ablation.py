@@ -1,0 +1,123 @@
+"""Allocation by measured loss: cut each head alone to each candidate window, see what it costs.
+
+Attention mass beyond a window (mass.py, and the AAH-v3 features) is a proxy for what a head
+loses when it is cut; a head that retrieves a few far answers puts little mass far away on
+average yet carries those answers. `cut_costs` measures the cost itself: the rise of the
+mean next-byte loss on fixed calibration data when one head is cut to a candidate window
+while every other head keeps full attention. One forward pass per (head, candidate < T).
+
+`loss-ablation` (training time): at every scheduled update, the costs of the model as it
+stands (EMA'd like budget's mass), then the same greedy budgeted allocation as `budget`.
+`loss-ablation-shuffled`, its matched-coverage control: the same windows permuted across the
+heads of each layer at every update.
+
+The controller never touches the model: the loop hands the policy a `LossProbe`, a function
+from a plan to the mean loss under it (aah.train.probe builds it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from aah.attention import coverage
+from aah.controller.base import BasePolicy
+from aah.controller.budget import LayerShuffle, allocate_budget
+from aah.controller.config import ControllerConfig
+from aah.controller.ema import FeatureEMA
+from aah.controller.plan import Plan, full_plan
+from aah.controller.protocol import QKV
+
+#: mean next-byte loss (nats) of the model under a plan, on fixed calibration data.
+LossProbe = Callable[[Plan], float]
+
+
+def cut_costs(
+    probe: LossProbe,
+    n_layer: int,
+    n_head: int,
+    seq_len: int,
+    candidates: Sequence[int],
+    progress: Callable[[int, int], None] | None = None,
+) -> np.ndarray:
+    """(n_layer, n_head, n_candidates) loss rise (nats, >= 0) when that head alone is cut to
+    each candidate, every other head at full attention. Made non-increasing in the window (a
+    wider window never costs more: each value is raised to that of any wider candidate,
+    which also absorbs noise); candidates >= T cost 0 and take no pass."""
+    full = full_plan(n_layer, n_head, seq_len)
+    out = np.zeros((n_layer, n_head, len(candidates)), dtype=np.float64)
+    todo = [
+        (l, h, c)
+        for l in range(n_layer)
+        for h in range(n_head)
+        for c in range(len(candidates))
+        if candidates[c] < seq_len
+    ]
+    base = probe(full)
+    for done, (l, h, c) in enumerate(todo):
+        plan = [row[:] for row in full]
+        plan[l][h] = int(candidates[c])
+        out[l, h, c] = max(0.0, probe(plan) - base)
+        if progress is not None:
+            progress(done + 1, len(todo))
+    order = np.argsort(np.asarray(candidates))
+    # running max from the widest candidate down: cost(w) = max over w' >= w of measured
+    out[..., order] = np.maximum.accumulate(out[..., order][..., ::-1], axis=-1)[..., ::-1]
+    return out
+
+
+class AblationPolicy(BasePolicy):
+    """Full attention until the first update, then `allocate_budget` on EMA'd cut costs."""
+
+    def __init__(self, cfg: ControllerConfig, name: str = "loss-ablation", **dims: int) -> None:
+        super().__init__(name, cfg, **dims)
+        self._ema = FeatureEMA(cfg.feature_ema, cfg.use_feature_ema)
+        self._probe: LossProbe | None = None
+
+    def attach_probe(self, probe: LossProbe) -> None:
+        """The loss of the model under a plan; needed before the first update."""
+        self._probe = probe
+
+    def wants_update(self, step: int) -> bool:
+        return self._on_schedule(step)
+
+    def wants_activations(self, step: int) -> bool:
+        return False
+
+    def update(self, step: int, qkv: QKV | None) -> Plan:
+        if self._probe is None:
+            raise ValueError(f"the {self.name} policy needs a loss probe (attach_probe)")
+        t0 = time.perf_counter()
+        measured = cut_costs(self._probe, self.n_layer, self.n_head, self.seq_len, self.windows)
+        flat = torch.from_numpy(measured.reshape(self.n_layer * self.n_head, -1))
+        cost = self._ema.update(flat).double().numpy()
+        alloc = allocate_budget(cost, self.windows, self.seq_len, self.cfg.budget)
+        h = self.n_head
+        self._plan = [
+            [self.windows[i] for i in alloc.indices[l * h : (l + 1) * h]]
+            for l in range(self.n_layer)
+        ]
+        self._extra = {
+            "budget": self.cfg.budget,
+            "coverage": coverage(self._plan, self.seq_len).causal,
+            "expected_loss_rise": alloc.lost_mass,
+            "budget_exceeded": alloc.exceeded,
+        }
+        self.last_update_seconds = time.perf_counter() - t0
+        return self.current_plan()
+
+    def _state(self) -> dict:
+        return {"cost_ema": self._ema.state_dict()}
+
+    def _load(self, state: dict) -> None:
+        self._ema.load_state_dict(state["cost_ema"])
+
+
+class ShuffledAblationPolicy(LayerShuffle, AblationPolicy):
+    """loss-ablation-shuffled: see the module docstring."""
+
+    def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
+        super().__init__(cfg, "loss-ablation-shuffled", **dims)
