@@ -156,10 +156,13 @@ def _matched_section(suite: Suite) -> list[str]:
     return [
         "### Matched controls (per seed)",
         "",
-        "Each pair differs in one respect: `budget` vs `budget-shuffled` (the same windows per "
-        "layer on random heads), each AAH-v3 regime vs `random` (random windows from the same "
-        "candidates, same warm-up), `aah-v3-full-adaptive` vs `fixed-random-grouping` and vs "
-        "`shuffle`. Δ = regime − control on the same seed; Holm p corrects for the "
+        "What each pair differs in: "
+        + "; ".join(
+            f"`{c.pair.regime}` vs `{c.pair.baseline}`, "
+            f"{comparisons.MATCHED_WHY[(c.pair.regime, c.pair.baseline)]}"
+            for c in family
+        )
+        + ". Δ = regime − control on the same seed; Holm p corrects for the "
         f"{len(family)} comparisons of this table. {VERDICT_RULE}",
         "",
         *table(MATCHED_HEADER.split(" | "), rows),
