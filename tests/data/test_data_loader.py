@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from aah.data import BatchLoader, eval_batches
-from aah.data.loader import spread_windows
+from aah.data.loader import eval_starts, spread_windows
 
 TOKENS = np.random.default_rng(0).integers(0, 256, size=5000, dtype=np.uint8)
 
@@ -129,3 +129,22 @@ def test_spread_windows_cover_the_whole_split():
     assert int(w[0, 0]) == 0 and int(w[-1, -1]) == 999 % 256
     with pytest.raises(ValueError, match="fewer than T"):
         spread_windows(np.arange(5, dtype=np.uint8), 10, 2)
+
+
+def test_spread_eval_windows_reach_the_end_and_never_overlap():
+    tokens = np.arange(10_001, dtype=np.int64) % 251
+    first = list(eval_batches(tokens, 4, 50, 2))
+    spread = list(eval_batches(tokens, 4, 50, 2, layout="spread"))
+    assert [x.shape for x, _ in spread] == [x.shape for x, _ in first] == [(4, 50), (4, 50)]
+    starts = eval_starts(tokens.size, 50, 4, 2, "spread")
+    assert starts[0] == 0 and starts[-1] == tokens.size - 51  # the whole split
+    assert (np.diff(starts) >= 51).all()  # no target scored twice
+    for (x, y), chunk in zip(spread, (starts[:4], starts[4:]), strict=True):
+        for row, s in zip(range(4), chunk, strict=True):
+            assert x[row].tolist() == (tokens[s : s + 50]).tolist()
+            assert y[row].tolist() == (tokens[s + 1 : s + 51]).tolist()
+    # asking for every window (or more than there are) is the same in both layouts
+    assert eval_starts(tokens.size, 50, 4, None, "spread").tolist() == list(range(0, 9951, 50))
+    assert eval_starts(201, 50, 4, 9, "spread").tolist() == [0, 50, 100, 150]
+    with pytest.raises(ValueError, match="eval layout must be one of"):
+        eval_starts(tokens.size, 50, 4, 2, "random")

@@ -22,10 +22,12 @@ def test_fit_and_score_by_hand():
     assert base.n_targets == 2
 
 
+@pytest.mark.parametrize("layout", ["first", "spread"])
 @pytest.mark.parametrize(("batch", "batches"), [(1, 2), (2, 1), (3, 5)])
-def test_scored_pairs_are_the_evaluations_targets(batch, batches):
+def test_scored_pairs_are_the_evaluations_targets(batch, batches, layout):
     val = np.arange(23, dtype=np.uint8)
-    pairs = scored_pairs(val, 4, batch, batches)
-    xs, ys = zip(*[(x, y) for x, y in eval_batches(val, batch, 4, batches)], strict=True)
+    pairs = scored_pairs(val, 4, batch, batches, layout)
+    batches_seen = eval_batches(val, batch, 4, batches, layout=layout)
+    xs, ys = zip(*[(x, y) for x, y in batches_seen], strict=True)
     assert pairs[:, 0].tolist() == torch.cat(xs).flatten().tolist()
     assert pairs[:, 1].tolist() == torch.cat(ys).flatten().tolist()

@@ -143,7 +143,7 @@ def _corpus_source(args, model, config, payload, batch_size, device) -> dict[str
         ev = evaluate_loss(
             model, tokens, batch_size=batch_size, seq_len=config.seq_len,
             max_batches=batches or None, device=device, answers=answers,
-            buckets=splits.answer_buckets or (),
+            buckets=splits.answer_buckets or (), layout=config.train.eval_layout,
         )  # fmt: skip
         out = {"loss": ev["val_loss"], "bpb": ev["val_bpb"], "tokens": ev["eval_tokens"],
                "tokens_per_s": ev["eval_tokens_per_s"]}  # fmt: skip

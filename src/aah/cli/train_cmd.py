@@ -50,6 +50,7 @@ RESUMABLE = {
     "train.max_steps",
     "train.eval_interval",
     "train.eval_batches",
+    "train.eval_layout",
     "train.log_interval",
     "train.checkpoint_interval",
     "train.device",

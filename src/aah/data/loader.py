@@ -12,7 +12,7 @@ cut off cannot be recalled, so they are not marked).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -155,6 +155,28 @@ def spread_windows(tokens: np.ndarray, seq_len: int, count: int) -> torch.Tensor
     )
 
 
+#: where evaluation windows sit in a split: "first" (contiguous from its start: one or a few
+#: files of a text corpus) or "spread" (evenly spaced over all of it: many files).
+EvalLayout = Literal["first", "spread"]
+EVAL_LAYOUTS: tuple[str, ...] = get_args(EvalLayout)
+
+
+def eval_starts(
+    n_tokens: int, seq_len: int, batch_size: int, max_batches: int | None, layout: str = "first"
+) -> np.ndarray:
+    """Window offsets of the evaluation, in order: `max_batches` batches of `batch_size`
+    windows of T + 1 tokens ("first": back to back from the split's start, the trailing
+    remainder dropped; "spread": `spread_starts`). Without `max_batches`, every
+    non-overlapping window, whatever the layout."""
+    if layout not in EVAL_LAYOUTS:
+        raise ValueError(f"eval layout must be one of {EVAL_LAYOUTS}, got {layout!r}")
+    n_windows = (n_tokens - 1) // seq_len
+    wanted = n_windows if max_batches is None else min(n_windows, batch_size * max_batches)
+    if layout == "spread" and max_batches is not None and wanted < n_windows:
+        return spread_starts(n_tokens, seq_len, wanted)
+    return np.arange(wanted, dtype=np.int64) * seq_len
+
+
 def eval_batches(
     tokens: np.ndarray,
     batch_size: int,
@@ -162,14 +184,14 @@ def eval_batches(
     max_batches: int | None = None,
     *,
     answers: np.ndarray | None = None,
+    layout: str = "first",
 ) -> Iterator[tuple[torch.Tensor, ...]]:
-    """Deterministic eval batches: contiguous, non-overlapping windows from the split's start.
+    """Deterministic eval batches of non-overlapping windows at `eval_starts(..., layout)`.
 
-    Window j has x = tokens[j*T : (j+1)*T] and y = tokens[j*T+1 : (j+1)*T+1], for all
-    j < (len - 1) // T, so every target is scored exactly once; the trailing remainder (< T
-    tokens) is dropped. Windows are grouped in order into batches of `batch_size`; the last
-    batch may be smaller. At most `max_batches` batches. Arguments are checked eagerly.
-    With `answers` (a generated task's distances), batches are (x, y, a) with answer marks.
+    Window j has x = tokens[s_j : s_j + T] and y = tokens[s_j + 1 : s_j + T + 1], so every
+    target is scored at most once. Windows are grouped in order into batches of
+    `batch_size`; the last batch may be smaller. Arguments are checked eagerly. With
+    `answers` (a generated task's distances), batches are (x, y, a) with answer marks.
     """
     batch_size = _check_int("batch_size", batch_size, 1)
     seq_len = _check_int("seq_len", seq_len, 1)
@@ -177,26 +199,22 @@ def eval_batches(
         max_batches = _check_int("max_batches", max_batches, 1)
     tokens = _check_tokens(tokens, seq_len)
     answers = _check_answers(answers, tokens)
-    return _eval_iter(tokens, batch_size, seq_len, max_batches, answers)
+    starts = eval_starts(tokens.size, seq_len, batch_size, max_batches, layout)
+    return _eval_iter(tokens, batch_size, seq_len, starts, answers)
 
 
 def _eval_iter(
     tokens: np.ndarray,
     batch_size: int,
     seq_len: int,
-    max_batches: int | None,
+    starts: np.ndarray,
     answers: np.ndarray | None,
 ) -> Iterator[tuple[torch.Tensor, ...]]:
-    n_windows = (tokens.size - 1) // seq_len
-    for b, first in enumerate(range(0, n_windows, batch_size)):
-        if max_batches is not None and b >= max_batches:
-            return
-        count = min(batch_size, n_windows - first)
-        chunk = np.asarray(tokens[first * seq_len : (first + count) * seq_len + 1], np.int64)
-        x = chunk[:-1].reshape(count, seq_len)
-        y = chunk[1:].reshape(count, seq_len)
-        batch = torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
+    offsets = np.arange(seq_len + 1)
+    for first in range(0, starts.size, batch_size):
+        chunk = starts[first : first + batch_size]
+        windows = np.asarray(tokens[chunk[:, None] + offsets], dtype=np.int64)
+        batch = torch.from_numpy(windows[:, :-1].copy()), torch.from_numpy(windows[:, 1:].copy())
         if answers is not None:
-            starts = np.arange(first, first + count) * seq_len
-            batch = (*batch, answer_marks(answers, starts, seq_len))
+            batch = (*batch, answer_marks(answers, chunk, seq_len))
         yield batch

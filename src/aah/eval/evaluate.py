@@ -37,9 +37,11 @@ def evaluate_loss(
     autocast_dtype: torch.dtype | None = None,
     answers: np.ndarray | None = None,
     buckets: Sequence[tuple[int, int]] = (),
+    layout: str = "first",
 ) -> dict[str, Any]:
     """Mean next-byte loss over deterministic validation windows, bpb, and forward tokens/s.
 
+    `layout`: where the windows sit in the split (aah.data.loader.eval_starts).
     With `answers` (a generated task's per-token answer distances) the same pass also scores
     recall accuracy, overall and per distance bucket (`aah.eval.recall.RecallCounter`).
     """
@@ -50,7 +52,10 @@ def evaluate_loss(
     recall = RecallCounter(buckets) if answers is not None else None
     start = time.perf_counter()
     try:
-        for batch in eval_batches(tokens, batch_size, seq_len, max_batches, answers=answers):
+        batches = eval_batches(
+            tokens, batch_size, seq_len, max_batches, answers=answers, layout=layout
+        )
+        for batch in batches:
             x, y = batch[0].to(device), batch[1].to(device)
             with torch.autocast(
                 device.type,

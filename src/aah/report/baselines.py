@@ -5,9 +5,9 @@ A model that scores near the bigram line uses almost no context; a window policy
 matter to it. Both models are fitted to the training split of the same corpus:
 unigram with add-one smoothing, bigram P(b | a) = (c(a, b) + P_uni(b)) / (c(a) + 1)
 (a one-count prior toward the unigram). The scored targets are those of the training
-loop's evaluation (`aah.data.loader.eval_batches`: contiguous windows of T from the start
-of the validation split, `train.eval_batches` batches of `train.batch_size`); each target's
-previous byte is inside its window, so the bigram sees no more than the model does.
+loop's evaluation (`aah.data.loader.eval_starts`: `train.eval_batches` batches of
+`train.batch_size` windows of T, laid out by `train.eval_layout`); each target's previous
+byte is inside its window, so the bigram sees no more than the model does.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from aah.data import load_tokens
+from aah.data.loader import eval_starts
 from aah.train.run_config import RunConfig
 
 VOCAB = 256
@@ -33,12 +34,15 @@ class Baselines:
     n_targets: int
 
 
-def scored_pairs(val: np.ndarray, seq_len: int, batch_size: int, batches: int) -> np.ndarray:
+def scored_pairs(
+    val: np.ndarray, seq_len: int, batch_size: int, batches: int, layout: str = "first"
+) -> np.ndarray:
     """(N, 2) (previous byte, target) of the evaluation's targets, in order."""
-    n_windows = min((val.size - 1) // seq_len, batch_size * batches)
-    x = np.asarray(val[: n_windows * seq_len], dtype=np.int64)
-    y = np.asarray(val[1 : n_windows * seq_len + 1], dtype=np.int64)
-    return np.stack([x, y], axis=1)
+    if val.size < seq_len + 1:
+        return np.zeros((0, 2), dtype=np.int64)
+    starts = eval_starts(val.size, seq_len, batch_size, batches, layout)
+    windows = np.asarray(val[starts[:, None] + np.arange(seq_len + 1)], dtype=np.int64)
+    return np.stack([windows[:, :-1].reshape(-1), windows[:, 1:].reshape(-1)], axis=1)
 
 
 def fit_and_score(train: np.ndarray, pairs: np.ndarray) -> Baselines:
@@ -65,7 +69,10 @@ def suite_baselines(config: dict[str, Any]) -> Baselines | str:
         splits = load_tokens(run.data, seq_len=run.seq_len)
     except (ValueError, OSError) as err:
         return f"the suite's corpus could not be read ({err})"
-    pairs = scored_pairs(splits.val, run.seq_len, run.train.batch_size, run.train.eval_batches)
+    train = run.train
+    pairs = scored_pairs(
+        splits.val, run.seq_len, train.batch_size, train.eval_batches, train.eval_layout
+    )
     if pairs.shape[0] == 0:
         return "the validation split is shorter than one window"
     return fit_and_score(splits.train, pairs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from aah.data.loader import EvalLayout
 from aah.validate import check_choice, check_int, check_real
 
 Device = Literal["auto", "cpu", "cuda"]
@@ -23,7 +24,9 @@ class TrainConfig:
     had been one run, set `decay_steps` to the final length up front.
     Intervals are in optimizer steps; 0 disables periodic eval/checkpoints (the final step
     always evaluates and checkpoints). `threads` 0 leaves torch's default. `dtype` "auto" is
-    bfloat16 autocast on CUDA and float32 on CPU.
+    bfloat16 autocast on CUDA and float32 on CPU. `eval_layout`: where the `eval_batches`
+    batches of validation windows sit, "first" (back to back from the split's start) or
+    "spread" (evenly spaced over the whole split: many files of a text corpus).
     """
 
     max_steps: int = 200
@@ -39,6 +42,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     eval_interval: int = 50
     eval_batches: int = 8
+    eval_layout: EvalLayout = "first"
     log_interval: int = 10
     checkpoint_interval: int = 100
     seed: int = 0
@@ -75,4 +79,5 @@ class TrainConfig:
                 raise ValueError(f"train.{name} must be in [0, 1), got {value!r}")
         check_choice("train.device", self.device, Device)
         check_choice("train.dtype", self.dtype, Dtype)
+        check_choice("train.eval_layout", self.eval_layout, EvalLayout)
         return self

@@ -56,6 +56,7 @@ def eval_record(state: TrainState, splits: TokenSplits, amp: torch.dtype | None)
         autocast_dtype=amp,
         answers=splits.val_answer_distance,
         buckets=splits.answer_buckets or (),
+        layout=cfg.eval_layout,
     )
     keep = ("val_loss", "val_bpb", "eval_tokens_per_s", "val_acc", "val_acc_by_distance")
     return {k: ev[k] for k in keep if k in ev}
