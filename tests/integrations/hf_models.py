@@ -9,6 +9,15 @@ import torch
 
 VOCAB = 300  # >= 256, so the UTF-8 byte stand-in for a tokenizer fits
 FAMILIES = ("gpt2", "llama", "qwen2", "qwen3", "mistral")
+#: the plan searches' calibration length, candidate windows and attention sinks
+SEARCH_T = 32
+SEARCH_CANDIDATES = [2, 4, 8, 16, 32]
+SEARCH_SINKS = 2
+
+
+def search_ids(n: int = 2, seed: int = 3) -> torch.Tensor:
+    """(n, SEARCH_T) seeded token ids (2 and up: no BOS/EOS) for the plan-search tests."""
+    return torch.randint(2, VOCAB, (n, SEARCH_T), generator=torch.Generator().manual_seed(seed))
 
 
 def tiny_config(family: str, **overrides: object) -> object:

@@ -9,7 +9,13 @@ import json
 import numpy as np
 import pytest
 import torch
-from hf_models import VOCAB, tiny_model
+from hf_models import (
+    SEARCH_CANDIDATES,
+    SEARCH_SINKS,
+    SEARCH_T,
+    search_ids,
+    tiny_model,
+)
 
 from aah.attention import coverage
 from aah.cli.plan_checks import check_budget_flags
@@ -20,13 +26,8 @@ from aah.integrations.hf_mass import mass_beyond_given_sinks
 from aah.integrations.hf_plan import SearchedPlan
 from aah.integrations.hf_search import measure_mass, plan_from_mass
 
-T = 32
-CANDIDATES = [2, 4, 8, 16, 32]
-SINKS = 2
-
-
-def ids(n: int = 2, seed: int = 3) -> torch.Tensor:
-    return torch.randint(2, VOCAB, (n, T), generator=torch.Generator().manual_seed(seed))
+T, CANDIDATES, SINKS = SEARCH_T, SEARCH_CANDIDATES, SEARCH_SINKS
+ids = search_ids
 
 
 @pytest.fixture(scope="module")

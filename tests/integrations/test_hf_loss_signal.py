@@ -7,7 +7,14 @@ import json
 
 import pytest
 import torch
-from hf_models import VOCAB, tiny_model
+from hf_models import (
+    SEARCH_CANDIDATES,
+    SEARCH_SINKS,
+    SEARCH_T,
+    VOCAB,
+    search_ids,
+    tiny_model,
+)
 
 from aah.cli.plan_checks import check_signal_flag
 from aah.integrations import hf, hf_cli, hf_plan, hf_search
@@ -22,13 +29,8 @@ from aah.integrations.hf_allocate import kv_shape
 from aah.integrations.hf_plan import SearchedPlan
 from aah.integrations.hf_search import plan_from_loss, search_plan
 
-T = 32
-CANDIDATES = [2, 4, 8, 16, 32]
-SINKS = 2
-
-
-def ids(n: int = 2, seed: int = 3) -> torch.Tensor:
-    return torch.randint(2, VOCAB, (n, T), generator=torch.Generator().manual_seed(seed))
+T, CANDIDATES, SINKS = SEARCH_T, SEARCH_CANDIDATES, SEARCH_SINKS
+ids = search_ids
 
 
 @pytest.fixture(scope="module")
