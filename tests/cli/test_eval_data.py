@@ -56,11 +56,12 @@ def test_a_folder_scores_every_file(run, tmp_path, capsys):
     assert "10 files" in out
 
 
-def test_split_and_data_together_is_an_error(run, tmp_path, capsys):
+@pytest.mark.parametrize("flag", [["--split", "train"], ["--layout", "spread"]])
+def test_split_or_layout_with_data_is_an_error(run, tmp_path, capsys, flag):
     text = tmp_path / "t.txt"
     text.write_text("some text to score")
-    assert main(["eval", str(run[0]), "--data", str(text), "--split", "train"]) == 2
-    assert "--split" in capsys.readouterr().err
+    assert main(["eval", str(run[0]), "--data", str(text), *flag]) == 2
+    assert flag[0] in capsys.readouterr().err
 
 
 def test_the_train_split_is_not_labelled_val(run, capsys):
@@ -69,10 +70,29 @@ def test_the_train_split_is_not_labelled_val(run, capsys):
     assert "(train split)" in out
 
 
+def test_layout_spread_scores_windows_from_the_whole_split(run, capsys):
+    from aah.data import load_tokens
+    from aah.eval.evaluate import evaluate_loss
+    from aah.train.load import load_run
+
+    first, _ = eval_json(capsys, run[0], "--batches", "1")
+    spread, _ = eval_json(capsys, run[0], "--batches", "1", "--layout", "spread")
+    assert (first["layout"], spread["layout"]) == ("first", "spread")
+    assert first["tokens"] == spread["tokens"] and first["bpb"] != spread["bpb"]
+    model, config, _ = load_run(run[0])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AAH_CACHE_DIR", str(run[0].parent / "cache"))
+        val = load_tokens(config.data, seq_len=config.seq_len).val
+    ev = evaluate_loss(model, val, batch_size=config.train.batch_size, seq_len=config.seq_len,
+                       max_batches=1, layout="spread")  # fmt: skip
+    assert spread["bpb"] == pytest.approx(ev["val_bpb"], rel=1e-6)
+
+
 @pytest.mark.parametrize(
     ("args", "named"),
     [(["--batch-size", "0"], "--batch-size"), (["--device", "tpu"], "tpu"),
-     (["--batch", "0"], "--batch-size"), (["--stride", "4"], "--stride")],
+     (["--batch", "0"], "--batch-size"), (["--stride", "4"], "--stride"),
+     (["--layout", "random"], "random")],
 )  # fmt: skip
 def test_bad_eval_flags_exit_2_with_one_line(run, capsys, args, named):
     assert main(["eval", str(run[0]), *args]) == 2

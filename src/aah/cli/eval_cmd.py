@@ -35,6 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="eval batches (default: the run's train.eval_batches for its corpus, all for "
         "--data; 0 = all)",
     )  # fmt: skip
+    p.add_argument(
+        "--layout", metavar="{first,spread}", default=None,
+        help="where the corpus batches sit in the split: back to back from its start, or "
+        "evenly spaced over all of it (default: the run's train.eval_layout)",
+    )  # fmt: skip
     flags.add_batch_size(p, "windows per forward pass (default: the run's train.batch_size)")
     flags.add_device(p)
     p.add_argument(
@@ -51,6 +56,12 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.data is not None and args.split is not None:
         raise ValueError(
             f"--split {args.split} applies to the run's corpus; --data is scored whole"
+        )
+    if args.layout not in (None, "first", "spread"):
+        raise ValueError(f"--layout must be first or spread, got {args.layout!r}")
+    if args.layout is not None and args.data is not None:
+        raise ValueError(
+            f"--layout {args.layout} applies to the run's corpus; --data is scored whole"
         )
     if args.stride is not None and args.data is None:
         raise ValueError("--stride applies to --data only (corpus splits use whole windows)")
@@ -135,6 +146,7 @@ def _corpus_source(args, model, config, payload, batch_size, device) -> dict[str
     tokens = splits.val if split == "val" else splits.train
     answers = splits.val_answer_distance if split == "val" else splits.train_answer_distance
     batches = config.train.eval_batches if args.batches is None else args.batches
+    layout = config.train.eval_layout if args.layout is None else args.layout
     changed = fingerprint.changed(payload.get(fingerprint.KEY), splits.content_hash, config.data)
     if changed is not None:
         print(f"warning: {changed}; these scores are on the data as it is now", file=sys.stderr)
@@ -143,7 +155,7 @@ def _corpus_source(args, model, config, payload, batch_size, device) -> dict[str
         ev = evaluate_loss(
             model, tokens, batch_size=batch_size, seq_len=config.seq_len,
             max_batches=batches or None, device=device, answers=answers,
-            buckets=splits.answer_buckets or (), layout=config.train.eval_layout,
+            buckets=splits.answer_buckets or (), layout=layout,
         )  # fmt: skip
         out = {"loss": ev["val_loss"], "bpb": ev["val_bpb"], "tokens": ev["eval_tokens"],
                "tokens_per_s": ev["eval_tokens_per_s"]}  # fmt: skip
@@ -154,7 +166,12 @@ def _corpus_source(args, model, config, payload, batch_size, device) -> dict[str
     return {
         "score": score,
         "title": f"{splits.name} ({split} split)",
-        "labels": {"corpus": splits.name, "split": split, "data_changed": changed is not None},
+        "labels": {
+            "corpus": splits.name,
+            "split": split,
+            "layout": layout,
+            "data_changed": changed is not None,
+        },
     }
 
 
