@@ -13,7 +13,7 @@ ALLOWED: dict[str, set[str]] = {
     "model": {"attention", "choices", "validate"},
     "data": {"atomic", "validate"},
     "controller": {"attention", "textfile", "validate"},
-    "eval": {"model", "data", "attention"},
+    "eval": {"model", "data", "attention", "controller"},
     "train": {"model", "data", "controller", "eval", "records", "atomic", "validate"},
     "sweep": {"train", "controller", "records", "textfile", "validate"},
     "report": {"records", "sweep", "train", "controller", "data"},
