@@ -14,11 +14,9 @@ from aah.attention import coverage
 from aah.controller import ControllerConfig, make_policy
 from aah.controller.ablation import cut_costs
 from aah.controller.protocol import ProbesLoss
-from aah.train.checkpoint import load_checkpoint
-from aah.train.loop import train
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "train"))
-from train_helpers import tiny_config
+from train_helpers import assert_resume_is_bit_for_bit
 
 L, H, T = 2, 4, 64
 CANDIDATES = [8, 16, 32, T]
@@ -134,18 +132,6 @@ def test_training_with_loss_ablation_resumes_bit_for_bit(tmp_path, tiny_corpus):
         "train.log_interval": "4",
         "train.eval_interval": "6",
     }
-    whole, split = tmp_path / "whole", tmp_path / "split"
-    train(tiny_config(tiny_corpus, **extra, **{"train.max_steps": "16"}), whole, progress=False)
-    first = tiny_config(tiny_corpus, **extra, **{"train.max_steps": "8"})
-    train(first, split, progress=False)
-    first.train.max_steps = 16
-    train(first, split, resume=True, progress=False)
-    a = load_checkpoint(whole / "checkpoints" / "last.pt")
-    b = load_checkpoint(split / "checkpoints" / "last.pt")
-    for name, tensor in a["model"].items():
-        assert torch.equal(tensor, b["model"][name]), name
-    plans = (whole / "plans.jsonl").read_text()
-    assert plans == (split / "plans.jsonl").read_text()
-    records = [json.loads(line) for line in plans.splitlines()]
+    records = assert_resume_is_bit_for_bit(tmp_path, tiny_corpus, extra, total=16, first=12)
     assert [r["step"] for r in records] == [0, 3, 7, 11, 15]
     assert all(r["coverage"] <= 0.3 + 1e-12 for r in records[1:])

@@ -4,19 +4,11 @@ import json
 import math
 
 import pytest
-import torch
-from train_helpers import tiny_config
+from train_helpers import assert_resume_is_bit_for_bit, tiny_config
 
 from aah.controller import POLICIES
 from aah.train.checkpoint import load_checkpoint
-from aah.train.loop import TIMING_KEYS, train
-
-
-def metrics(path):
-    return [
-        {k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS}
-        for line in path.read_text().splitlines()
-    ]
+from aah.train.loop import train
 
 
 def test_loss_falls_and_run_dir_contract(tmp_path, tiny_corpus):
@@ -71,19 +63,8 @@ def test_resume_is_bit_for_bit(tmp_path, tiny_corpus):
         "train.log_interval": "4",
         "train.eval_interval": "6",
     }
-    whole, split = tmp_path / "whole", tmp_path / "split"
-    train(tiny_config(tiny_corpus, **extra, **{"train.max_steps": "24"}), whole, progress=False)
-    first = tiny_config(tiny_corpus, **extra, **{"train.max_steps": "12"})
-    train(first, split, progress=False)
-    first.train.max_steps = 24
-    train(first, split, resume=True, progress=False)
-    a = load_checkpoint(whole / "checkpoints" / "last.pt")
-    b = load_checkpoint(split / "checkpoints" / "last.pt")
-    for name, tensor in a["model"].items():
-        assert torch.equal(tensor, b["model"][name]), name
-    assert metrics(whole / "metrics.jsonl") == metrics(split / "metrics.jsonl")
-    assert (whole / "plans.jsonl").read_text() == (split / "plans.jsonl").read_text()
-    windows = [json.loads(x)["windows"] for x in (whole / "plans.jsonl").read_text().splitlines()]
+    records = assert_resume_is_bit_for_bit(tmp_path, tiny_corpus, extra, total=24, first=12)
+    windows = [r["windows"] for r in records]
     assert len({json.dumps(w) for w in windows}) > 2  # the plan really changed along the way
 
 

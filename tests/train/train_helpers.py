@@ -1,5 +1,12 @@
 """A tiny training config shared by the loop tests."""
 
+import json
+from pathlib import Path
+
+import torch
+
+from aah.train.checkpoint import load_checkpoint
+from aah.train.loop import TIMING_KEYS, train
 from aah.train.run_config import RunConfig
 
 
@@ -26,3 +33,33 @@ def tiny_config(corpus: str, **overrides: str) -> RunConfig:
         ]
     )
     return config
+
+
+def metrics(path: Path) -> list[dict]:
+    """metrics.jsonl records without their timing fields."""
+    return [
+        {k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS}
+        for line in path.read_text().splitlines()
+    ]
+
+
+def assert_resume_is_bit_for_bit(
+    tmp_path: Path, corpus: str, extra: dict[str, str], total: int, first: int
+) -> list[dict]:
+    """Train `total` steps in one go, and `first` steps then the rest with resume; weights,
+    metrics (timing aside) and plans must be identical. Returns the plans.jsonl records.
+    `first` must be an eval step of the whole run: a run's last step always evaluates."""
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    train(tiny_config(corpus, **extra, **{"train.max_steps": str(total)}), whole, progress=False)
+    part = tiny_config(corpus, **extra, **{"train.max_steps": str(first)})
+    train(part, split, progress=False)
+    part.train.max_steps = total
+    train(part, split, resume=True, progress=False)
+    a = load_checkpoint(whole / "checkpoints" / "last.pt")
+    b = load_checkpoint(split / "checkpoints" / "last.pt")
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    assert metrics(whole / "metrics.jsonl") == metrics(split / "metrics.jsonl")
+    plans = (whole / "plans.jsonl").read_text()
+    assert plans == (split / "plans.jsonl").read_text()
+    return [json.loads(line) for line in plans.splitlines()]

@@ -23,9 +23,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from aah.attention import coverage
 from aah.controller.base import BasePolicy
-from aah.controller.budget import LayerShuffle, allocate_budget
+from aah.controller.budget import (
+    LayerShuffle,
+    allocate_budget,
+    allocated_plan,
+    allocation_record,
+)
 from aah.controller.config import ControllerConfig
 from aah.controller.ema import FeatureEMA
 from aah.controller.plan import Plan, full_plan
@@ -95,17 +99,10 @@ class AblationPolicy(BasePolicy):
         flat = torch.from_numpy(measured.reshape(self.n_layer * self.n_head, -1))
         cost = self._ema.update(flat).double().numpy()
         alloc = allocate_budget(cost, self.windows, self.seq_len, self.cfg.budget)
-        h = self.n_head
-        self._plan = [
-            [self.windows[i] for i in alloc.indices[l * h : (l + 1) * h]]
-            for l in range(self.n_layer)
-        ]
-        self._extra = {
-            "budget": self.cfg.budget,
-            "coverage": coverage(self._plan, self.seq_len).causal,
-            "expected_loss_rise": alloc.lost_mass,
-            "budget_exceeded": alloc.exceeded,
-        }
+        self._plan = allocated_plan(alloc, self.windows, self.n_layer, self.n_head)
+        self._extra = allocation_record(
+            alloc, self._plan, self.seq_len, self.cfg.budget, "expected_loss_rise"
+        )
         self.last_update_seconds = time.perf_counter() - t0
         return self.current_plan()
 

@@ -86,6 +86,24 @@ def allocate_budget(
     )
 
 
+def allocated_plan(alloc: Allocation, windows: Sequence[int], n_layer: int, n_head: int) -> Plan:
+    """The plan of an allocation over every head of every layer (heads layer by layer)."""
+    h = n_head
+    return [[int(windows[i]) for i in alloc.indices[l * h : (l + 1) * h]] for l in range(n_layer)]
+
+
+def allocation_record(
+    alloc: Allocation, plan: Plan, seq_len: int, budget: float, expected: str
+) -> dict[str, float | bool]:
+    """The plans.jsonl fields of an allocation; `expected` names its objective's mean."""
+    return {
+        "budget": budget,
+        "coverage": coverage(plan, seq_len).causal,
+        expected: alloc.lost_mass,
+        "budget_exceeded": alloc.exceeded,
+    }
+
+
 class BudgetPolicy(BasePolicy):
     """Full attention until the first update, then `allocate_budget` on EMA'd mass-beyond-window."""
 
@@ -108,17 +126,10 @@ class BudgetPolicy(BasePolicy):
             self.seq_len,
             self.cfg.budget,
         )
-        idx = alloc.indices
-        h = self.n_head
-        self._plan = [
-            [self.windows[i] for i in idx[l * h : (l + 1) * h]] for l in range(self.n_layer)
-        ]
-        self._extra = {
-            "budget": self.cfg.budget,
-            "coverage": coverage(self._plan, self.seq_len).causal,
-            "expected_lost_mass": alloc.lost_mass,
-            "budget_exceeded": alloc.exceeded,
-        }
+        self._plan = allocated_plan(alloc, self.windows, self.n_layer, self.n_head)
+        self._extra = allocation_record(
+            alloc, self._plan, self.seq_len, self.cfg.budget, "expected_lost_mass"
+        )
         self.last_update_seconds = time.perf_counter() - t0
         return self.current_plan()
 
