@@ -379,6 +379,13 @@ def test_context_use_section_and_gate(tmp_path: Path) -> None:
     text = report_text()
     assert re.search(r"\| 128 \| 3 \| \+0\.0300 \|", text)
     assert "Gate (not met): cutting every head to w = 128 costs +0.0300 bits/byte" in text
+    assert "Its 95% CI [+0.0052, +0.0548] reaches both sides of 0.05 (3 of 3 seeds" in text
+    for seed, d128 in {0: 0.058, 1: 0.061, 2: 0.049}.items():  # met on the mean, narrowly
+        rows = _cut_rows(2.0, {128: 2.0 + d128}, None)
+        records.write_json(root / "screening" / f"full-s{seed}" / "cut_windows.json", rows)  # type: ignore[arg-type]
+    text = report_text()
+    assert "Gate (met): cutting every head to w = 128 costs +0.0560 bits/byte" in text
+    assert "Its 95% CI [+0.0405, +0.0715] reaches both sides of 0.05 (1 of 3 seeds" in text
     for seed in (0, 1, 2):  # a task: far accuracy collapses below the bucket
         rows = _cut_rows(2.0, {64: 2.1, 128: 2.05}, {"64": 0.1, "128": 0.2 + 0.1 * seed})
         records.write_json(root / "screening" / f"full-s{seed}" / "cut_windows.json", rows)  # type: ignore[arg-type]

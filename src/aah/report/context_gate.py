@@ -95,12 +95,18 @@ def _text_gate(curves: dict[int, list[dict]]) -> list[str]:
     gate = _deltas(curves, GATE_WINDOW, "val_bpb")
     if not gate:
         return [f"Gate not measured: no cut at w = {GATE_WINDOW}.", ""]
-    mean = stats.mean(gate)
+    est = stats.estimate(gate)
+    mean, (low, high) = est.mean, est.ci
     text = (
         f"Gate ({'met' if mean >= GATE_BPB else 'not met'}): cutting every head to "
         f"w = {GATE_WINDOW} costs {mean:+.4f} bits/byte on average over {len(gate)} seeds; a "
         f"suite can show allocation effects on bits/byte only if this is at least {GATE_BPB}."
     )
+    if low < GATE_BPB <= high:  # nan bounds (one seed) never cross
+        text += (
+            f" Its 95% CI [{low:+.4f}, {high:+.4f}] reaches both sides of {GATE_BPB} "
+            f"({sum(g < GATE_BPB for g in gate)} of {len(gate)} seeds below it)."
+        )
     if mean < GATE_BPB:
         text += (
             " The model uses little context beyond that window: differences between window "
