@@ -141,6 +141,7 @@ def check_forward(
         assert close(ctl.feature_ema, rec["ema_feats"]), where
 
 
+@cache  # the per-case tests and the tie count share one replay per case
 def replay_case(index: int) -> list[float | None]:
     """`replay` of every layer of golden case `index`."""
     case = golden()[index]

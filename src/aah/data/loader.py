@@ -147,12 +147,14 @@ def spread_starts(n_tokens: int, seq_len: int, count: int) -> np.ndarray:
     return np.unique(np.linspace(0, last, num=count).astype(np.int64))
 
 
+def windows_at(tokens: np.ndarray, starts: np.ndarray, seq_len: int) -> np.ndarray:
+    """(len(starts), T + 1) int64: the windows of T + 1 tokens that begin at `starts`."""
+    return np.asarray(tokens[starts[:, None] + np.arange(seq_len + 1)], dtype=np.int64)
+
+
 def spread_windows(tokens: np.ndarray, seq_len: int, count: int) -> torch.Tensor:
     """(count', T + 1) int64 windows at `spread_starts` over the whole split."""
-    starts = spread_starts(tokens.size, seq_len, count)
-    return torch.from_numpy(
-        np.stack([tokens[s : s + seq_len + 1] for s in starts]).astype(np.int64)
-    )
+    return torch.from_numpy(windows_at(tokens, spread_starts(tokens.size, seq_len, count), seq_len))
 
 
 #: where evaluation windows sit in a split: "first" (contiguous from its start: one or a few
@@ -210,10 +212,9 @@ def _eval_iter(
     starts: np.ndarray,
     answers: np.ndarray | None,
 ) -> Iterator[tuple[torch.Tensor, ...]]:
-    offsets = np.arange(seq_len + 1)
     for first in range(0, starts.size, batch_size):
         chunk = starts[first : first + batch_size]
-        windows = np.asarray(tokens[chunk[:, None] + offsets], dtype=np.int64)
+        windows = windows_at(tokens, chunk, seq_len)
         batch = torch.from_numpy(windows[:, :-1].copy()), torch.from_numpy(windows[:, 1:].copy())
         if answers is not None:
             batch = (*batch, answer_marks(answers, chunk, seq_len))

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from aah.data import load_tokens
-from aah.data.loader import eval_starts
+from aah.data.loader import eval_starts, windows_at
 from aah.train.run_config import RunConfig
 
 VOCAB = 256
@@ -38,10 +38,7 @@ def scored_pairs(
     val: np.ndarray, seq_len: int, batch_size: int, batches: int, layout: str = "first"
 ) -> np.ndarray:
     """(N, 2) (previous byte, target) of the evaluation's targets, in order."""
-    if val.size < seq_len + 1:
-        return np.zeros((0, 2), dtype=np.int64)
-    starts = eval_starts(val.size, seq_len, batch_size, batches, layout)
-    windows = np.asarray(val[starts[:, None] + np.arange(seq_len + 1)], dtype=np.int64)
+    windows = windows_at(val, eval_starts(val.size, seq_len, batch_size, batches, layout), seq_len)
     return np.stack([windows[:, :-1].reshape(-1), windows[:, 1:].reshape(-1)], axis=1)
 
 
