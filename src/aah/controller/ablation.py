@@ -12,13 +12,15 @@ stands (EMA'd like budget's mass), then the same greedy budgeted allocation as `
 heads of each layer at every update.
 
 The controller never touches the model: the loop hands the policy a `LossProbe`, a function
-from a plan to the mean loss under it (aah.train.probe builds it).
+from a plan to the mean loss under it (aah.eval.cut_probe.CutProbe). A probe that also
+`ProbesCuts` measures all single-head cuts at once, sharing what the cuts leave unchanged.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -37,6 +39,21 @@ from aah.controller.protocol import QKV
 
 #: mean next-byte loss (nats) of the model under a plan, on fixed calibration data.
 LossProbe = Callable[[Plan], float]
+
+
+@runtime_checkable
+class ProbesCuts(Protocol):
+    """A loss probe that also measures single-head cuts in one go (e.g. reusing the forward
+    prefix that a cut leaves unchanged): the mean loss with every head at full attention,
+    and with each (layer, head, window) cut alone."""
+
+    def __call__(self, plan: Plan) -> float: ...
+
+    def cut_losses(
+        self,
+        cuts: Sequence[tuple[int, int, int]],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> tuple[float, list[float]]: ...
 
 
 def cut_costs(
@@ -60,13 +77,19 @@ def cut_costs(
         for c in range(len(candidates))
         if candidates[c] < seq_len
     ]
-    base = probe(full)
-    for done, (l, h, c) in enumerate(todo):
-        plan = [row[:] for row in full]
-        plan[l][h] = int(candidates[c])
-        out[l, h, c] = max(0.0, probe(plan) - base)
-        if progress is not None:
-            progress(done + 1, len(todo))
+    cuts = [(l, h, int(candidates[c])) for l, h, c in todo]
+    if isinstance(probe, ProbesCuts):
+        base, losses = probe.cut_losses(cuts, progress)
+    else:
+        base, losses = probe(full), []
+        for done, (l, h, w) in enumerate(cuts):
+            plan = [row[:] for row in full]
+            plan[l][h] = w
+            losses.append(probe(plan))
+            if progress is not None:
+                progress(done + 1, len(cuts))
+    for (l, h, c), loss in zip(todo, losses, strict=True):
+        out[l, h, c] = max(0.0, loss - base)
     order = np.argsort(np.asarray(candidates))
     # running max from the widest candidate down: cost(w) = max over w' >= w of measured
     out[..., order] = np.maximum.accumulate(out[..., order][..., ::-1], axis=-1)[..., ::-1]

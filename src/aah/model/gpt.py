@@ -95,8 +95,12 @@ class Attention(nn.Module):
             cache.prefill(k, v)
         plain = self.attend is None and not any(self.sinks) and (cache is None or offset == 0)
         acts = (q, k, v, y if plain else None)
-        y = y.transpose(1, 2).reshape(b, t, hq * d)
-        return self.dropout(self.proj(y)), acts
+        return self.merge_heads(y), acts
+
+    def merge_heads(self, y: torch.Tensor) -> torch.Tensor:
+        """Per-head outputs (B, Hq, T, D) -> the layer's output (B, T, C): concat, project."""
+        b, hq, t, d = y.shape
+        return self.dropout(self.proj(y.transpose(1, 2).reshape(b, t, hq * d)))
 
 
 class MLP(nn.Module):
@@ -122,8 +126,12 @@ class Block(nn.Module):
         self, x: torch.Tensor, position: NoPosition, cache: LayerCache | None = None
     ) -> tuple[torch.Tensor, Activations]:
         a, acts = self.attn(self.norm1(x), position, cache)
+        return self.after_attention(x, a), acts
+
+    def after_attention(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """The block's output from its input x and its attention's output a."""
         x = x + a
-        return x + self.mlp(self.norm2(x)), acts
+        return x + self.mlp(self.norm2(x))
 
 
 class GPT(nn.Module):
@@ -167,11 +175,7 @@ class GPT(nn.Module):
         if offset + t > self.config.max_seq_len:
             what = f"position {offset} + {t} tokens" if offset else f"sequence length {t}"
             raise ValueError(f"{what} exceeds model.max_seq_len {self.config.max_seq_len}")
-        x = self.embed(idx)  # (B, T, C)
-        pos = self.position.embed(t, idx.device, offset)
-        if pos is not None:
-            x = x + pos
-        x = self.drop(x)
+        x = self.embed_input(idx, offset)
         captured: list[Activations] = []
         for i, block in enumerate(self.blocks):
             x, acts = block(x, self.position, None if cache is None else cache.layer(i))
@@ -179,8 +183,20 @@ class GPT(nn.Module):
                 captured.append(tuple(None if a is None else a.detach() for a in acts))  # type: ignore[arg-type]
         if cache is not None:
             cache.advance(t)
-        logits = F.linear(self.norm(x), self.embed.weight)  # tied: (B, T, V)
+        logits = self.logits(x)
         return (logits, captured) if capture_qkv else logits
+
+    def embed_input(self, idx: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """(B, T) bytes at positions offset.. -> the residual stream entering block 0."""
+        x = self.embed(idx)  # (B, T, C)
+        pos = self.position.embed(idx.shape[1], idx.device, offset)
+        if pos is not None:
+            x = x + pos
+        return self.drop(x)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual stream after the last block -> next-byte logits (B, T, V)."""
+        return F.linear(self.norm(x), self.embed.weight)  # tied embeddings
 
     def check_decodable(self) -> None:
         """Raise ValueError unless the KV cache can decode this model (see `plain_softmax`)."""

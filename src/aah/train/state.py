@@ -13,7 +13,7 @@ from aah.controller import Policy, make_policy
 from aah.controller.protocol import ProbesLoss
 from aah.data import BatchLoader, TokenSplits
 from aah.data.loader import spread_windows
-from aah.eval.head_ablation import plan_probe
+from aah.eval.cut_probe import CutProbe
 from aah.model import GPT
 from aah.train.config import TrainConfig
 from aah.train.distributed import DistInfo
@@ -91,7 +91,7 @@ def build_state(
     model.set_window_plan(policy.initial_plan())
     if isinstance(policy, ProbesLoss):  # loss-ablation: calibration windows of the train split
         calib = spread_windows(splits.train, config.seq_len, config.controller.ablation_windows)
-        policy.attach_probe(plan_probe(model, calib.to(device), cfg.batch_size))
+        policy.attach_probe(CutProbe(model, calib.to(device), cfg.batch_size))
     optimizer = build_optimizer(model, cfg)
     loader = BatchLoader(
         splits.train,
