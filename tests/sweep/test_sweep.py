@@ -270,3 +270,43 @@ def test_commit_lands_each_finished_cell_and_nothing_else(tmp_path, tiny_corpus)
     assert "results/tiny.csv" in tracked and "results/tiny/full-s0/summary.json" in tracked
     assert not [f for f in tracked if "checkpoints" in f] and "other.txt" not in tracked
     assert "other.txt" in _git(repo, "diff", "--cached", "--name-only")  # still staged only
+
+
+def test_jobs_run_cells_at_once_with_the_same_results_as_one_at_a_time(tmp_path, tiny_corpus):
+    sweep = SweepConfig.from_toml(suite_file(tmp_path, tiny_corpus, seeds=(0, 1), steps=4))
+    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    run_sweep(sweep, serial, progress=False)
+    started = time.perf_counter()
+    outcome = run_sweep(sweep, parallel, progress=False, jobs=3)
+    assert (outcome.finished, outcome.total, outcome.interrupted) == (4, 4, False)
+    assert time.perf_counter() - started > 0  # (the time is not a test: CI cores vary)
+    keys = ("regime", "seed", "val_loss", "val_bpb", "acr", "causal_coverage", "tokens")
+    a, b = read_csv(serial / "tiny.csv"), read_csv(parallel / "tiny.csv")
+    assert [[r[k] for k in keys] for r in a] == [[r[k] for k in keys] for r in b]
+    # The cells overlapped: some cell started before another one finished.
+    spans = []
+    for row in b:
+        run_dir = parallel / "tiny" / f"{row['regime']}-s{row['seed']}"
+        end = (run_dir / "summary.json").stat().st_mtime
+        spans.append(((run_dir / "cell.toml").stat().st_mtime, end))
+    assert any(s2 < e1 for s1, e1 in spans for s2, e2 in spans if (s1, e1) != (s2, e2) and s1 <= s2)
+
+
+def test_a_failing_cell_stops_the_other_running_cells_at_a_checkpoint(tmp_path, tiny_corpus):
+    # Diverges a few steps in, when the cell beside it is training too (and has checkpointed).
+    variants = '[sweep.variants.broken]\n"controller.policy" = "full"\n"train.lr" = 1e4\n'
+    path = suite_file(tmp_path, tiny_corpus, regimes=("budget", "broken"), steps=400,
+                      variants=variants)  # fmt: skip
+    out = tmp_path / "results"
+    with pytest.raises(Exception, match="cell broken-s0 failed"):
+        run_sweep(SweepConfig.from_toml(path), out, progress=False, jobs=2)
+    budget = out / "tiny" / "budget-s0"
+    assert not (budget / "summary.json").exists()  # stopped, not finished
+    assert (budget / records.CHECKPOINT).exists()  # and resumable
+    assert "stopped: checkpoint written" in (budget / "train.log").read_text()
+
+
+def test_jobs_must_be_a_positive_int(tmp_path, tiny_corpus):
+    sweep = SweepConfig.from_toml(suite_file(tmp_path, tiny_corpus))
+    with pytest.raises(ValueError, match="jobs must be an int >= 1, got 0"):
+        run_sweep(sweep, tmp_path / "r", progress=False, jobs=0)

@@ -17,7 +17,8 @@ output:
   OUT/<name>.csv          one row per finished cell (regime, seed, ..., val_bpb, wall_s)
   OUT/<name>/<regime>-s<seed>/   each cell's run directory and train.log
 resume: run the same command again; finished cells are skipped, a cell cut short resumes
-from its last checkpoint. Ctrl-C checkpoints the running cell and exits 130.
+from its last checkpoint. Ctrl-C checkpoints the running cells and exits 130.
+parallel: --jobs 2 trains two cells at once, each in its own process.
 overrides: --SECTION.KEY VALUE applies to every cell, e.g. --train.max_steps 50
 then: aah report OUT
 """
@@ -30,6 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seeds", metavar="LIST", help="comma list replacing sweep.seeds, e.g. 0,1")
     p.add_argument("--regimes", metavar="LIST", help="comma list replacing sweep.regimes")
+    p.add_argument(
+        "--jobs", metavar="N", type=int, default=1,
+        help="cells trained at once (default 1); each uses train.threads threads, so keep "
+        "N x train.threads at or under the machine's cores",
+    )  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="list the cells and their state only")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
@@ -43,6 +49,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     from aah.sweep import SweepConfig, run_sweep
     from aah.sweep.runner import CellFailed, cell_dir, is_finished
 
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     sweep = SweepConfig.from_toml(args.suite)
     if args.seeds:
         sweep.seeds = [_int(s, "--seeds") for s in args.seeds.split(",")]
@@ -64,7 +72,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"  {state}  {cell_dir(out, sweep, cell)}")
         return 0
     try:
-        outcome = run_sweep(sweep, out, progress=not args.no_progress, commit=args.commit)
+        outcome = run_sweep(
+            sweep, out, progress=not args.no_progress, commit=args.commit, jobs=args.jobs
+        )
     except CellFailed as err:
         print(f"aah sweep: {err}; finished cells are kept, rerun to continue", file=sys.stderr)
         return 1

@@ -4,16 +4,14 @@ Layout under OUT (default `results/`): `OUT/<suite>.csv` and one run directory p
 `OUT/<suite>/<regime>-s<seed>/` (with the cell's `train.log`). A cell is finished when its
 summary.json exists. A cell cut short resumes from its last checkpoint (bit-for-bit, so the
 result is the same as an uninterrupted run); one without a checkpoint starts again. Each
-cell runs in its own process, so peak RSS and thread settings are per cell.
+cell runs in its own process (aah.sweep.cell_process), so peak RSS and thread settings are
+per cell, and up to `jobs` cells run at once.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -21,12 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aah import records
+from aah.sweep.cell_process import CELL, LOG, CellProcess
 from aah.sweep.config import Cell, SweepConfig
 from aah.sweep.git_commit import commit_paths
 from aah.sweep.results import row_from_summary, write_csv
 
-LOG = "train.log"
-CELL = "cell.json"  # {"regime", "seed"}: what the cell is, for the CSV
 POLL_S = 2.0
 
 
@@ -84,27 +81,22 @@ def check_unchanged(cell: Cell, run_dir: Path) -> None:
         )
 
 
-def train_command(cell: Cell, run_dir: Path) -> list[str]:
-    """The `aah train` invocation of a cell: resume if it left a checkpoint, else start."""
-    base = [sys.executable, "-m", "aah", "train", "--no-progress"]
-    if (run_dir / records.CHECKPOINT).exists():
-        return [*base, "--resume", str(run_dir)]
-    if run_dir.exists():  # cut before its first checkpoint: nothing worth keeping
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
-    records.write_json(run_dir / CELL, {"regime": cell.regime, "seed": cell.seed})
-    config_path = run_dir / "cell.toml"
-    records.write_text_atomic(config_path, cell.config.to_toml())
-    return [*base, "--config", str(config_path), "--out", str(run_dir)]
-
-
 def run_sweep(
-    sweep: SweepConfig, out: Path, *, progress: bool = True, commit: bool = False
+    sweep: SweepConfig,
+    out: Path,
+    *,
+    progress: bool = True,
+    commit: bool = False,
+    jobs: int = 1,
 ) -> SweepOutcome:
-    """Run every unfinished cell in grid order; rewrite the CSV after each one (and with
-    `commit`, commit the cell's folder and the CSV: aah.sweep.git_commit)."""
+    """Run every unfinished cell in grid order, up to `jobs` at a time; rewrite the CSV as
+    each one finishes (and with `commit`, commit the cell's folder and the CSV:
+    aah.sweep.git_commit). A failed cell stops the others (they checkpoint) and raises
+    CellFailed; Ctrl-C or SIGTERM stops them all the same way and returns interrupted."""
     from tqdm import tqdm
 
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
     cells = sweep.cells()
     for cell in cells:
         check_unchanged(cell, cell_dir(out, sweep, cell))
@@ -116,75 +108,53 @@ def run_sweep(
         total=len(cells), initial=done, desc=f"{sweep.name} cells", unit="cell",
         disable=not progress, position=0,
     )  # fmt: skip
-    interrupted = False
+    running: list[CellProcess] = []
+    failed: tuple[CellProcess, int] | None
+    interrupted, failed = False, None  # failed: (the cell's process, its exit code)
     try:
-        for cell in todo:
-            grid.set_postfix_str(cell.name)
-            code = _run_cell(cell, cell_dir(out, sweep, cell), progress)
-            if code == 130:
-                interrupted = True
-                break
-            if code != 0 or not is_finished(cell_dir(out, sweep, cell)):
-                log = cell_dir(out, sweep, cell) / LOG
-                raise CellFailed(f"cell {cell.name} failed (exit {code}); see {log}")
-            done += 1
-            grid.update(1)
-            write_csv(csv_path, collect_rows(out, sweep))
-            if commit:
-                paths = [cell_dir(out, sweep, cell), csv_path]
-                why = commit_paths(paths, f"{sweep.name}: cell {cell.name} finished")
-                if why is not None:
-                    print(f"aah sweep: {cell.name} not committed: {why}", file=sys.stderr)
+        with _sigterm_as_interrupt():
+            while (todo or running) and not (interrupted or failed):
+                while todo and len(running) < jobs:
+                    cell = todo.pop(0)
+                    slot = min(set(range(jobs)) - {p.slot for p in running})
+                    run_dir = cell_dir(out, sweep, cell)
+                    running.append(CellProcess(cell, run_dir, progress=progress, slot=slot))
+                grid.set_postfix_str(", ".join(p.cell.name for p in running))
+                time.sleep(POLL_S)
+                for proc in list(running):
+                    proc.follow()
+                    code = proc.poll()
+                    if code is None:
+                        continue
+                    running.remove(proc)
+                    proc.close()
+                    if code == 130:  # the trainer itself was stopped
+                        interrupted = True
+                    elif code != 0 or not is_finished(proc.run_dir):
+                        failed = (proc, code)
+                    else:
+                        done += 1
+                        grid.update(1)
+                        _land(proc.run_dir, out, sweep, csv_path, commit)
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
+        for proc in running:  # a stop, a failure elsewhere, or an unexpected error
+            proc.close()
         grid.close()
+    if failed is not None:
+        proc, code = failed
+        raise CellFailed(f"cell {proc.cell.name} failed (exit {code}); see {proc.run_dir / LOG}")
     return SweepOutcome(csv_path, done, len(cells), interrupted)
 
 
-def _run_cell(cell: Cell, run_dir: Path, progress: bool) -> int:
-    """Train one cell in a child process; a step bar follows its metrics.jsonl.
-
-    The child runs in its own session, so a stop reaches it once, from here: Ctrl-C or
-    SIGTERM to the sweep forwards one SIGINT, the child checkpoints and exits 130.
-    """
-    from tqdm import tqdm
-
-    command = train_command(cell, run_dir)
-    steps = tqdm(
-        total=cell.config.train.max_steps, desc=f"  {cell.name}", unit="step",
-        disable=not progress, position=1, leave=False,
-    )  # fmt: skip
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with (run_dir / LOG).open("a", encoding="utf-8") as log:
-        log.write(f"$ aah {' '.join(command[3:])}\n")  # what ran (a start or a --resume)
-        log.flush()
-        child = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        try:
-            with _sigterm_as_interrupt():
-                while child.poll() is None:
-                    time.sleep(POLL_S)
-                    _follow(steps, run_dir)
-        except KeyboardInterrupt:
-            _stop(child)
-            return 130
-        finally:
-            if child.poll() is None:  # an unexpected error here: never leave a trainer behind
-                _stop(child)
-            _follow(steps, run_dir)
-            steps.close()
-    return child.returncode
-
-
-def _stop(child: subprocess.Popen) -> None:
-    """Ask the child to checkpoint and exit; a second Ctrl-C here makes it stop at once."""
-    child.send_signal(signal.SIGINT)
-    while True:
-        try:
-            child.wait()
-            return
-        except KeyboardInterrupt:
-            child.send_signal(signal.SIGINT)
+def _land(run_dir: Path, out: Path, sweep: SweepConfig, csv_path: Path, commit: bool) -> None:
+    """A finished cell: the CSV rewritten, and with `commit` its folder and the CSV committed."""
+    write_csv(csv_path, collect_rows(out, sweep))
+    if commit:
+        why = commit_paths([run_dir, csv_path], f"{sweep.name}: cell {run_dir.name} finished")
+        if why is not None:
+            print(f"aah sweep: {run_dir.name} not committed: {why}", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -202,10 +172,3 @@ def _sigterm_as_interrupt():  # type: ignore[no-untyped-def]
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _follow(bar, run_dir: Path) -> None:  # type: ignore[no-untyped-def]
-    rows = records.read_jsonl(run_dir / records.METRICS)
-    if rows:
-        bar.n = int(rows[-1].get("step", 0))
-        bar.refresh()
