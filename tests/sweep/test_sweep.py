@@ -276,10 +276,8 @@ def test_jobs_run_cells_at_once_with_the_same_results_as_one_at_a_time(tmp_path,
     sweep = SweepConfig.from_toml(suite_file(tmp_path, tiny_corpus, seeds=(0, 1), steps=4))
     serial, parallel = tmp_path / "serial", tmp_path / "parallel"
     run_sweep(sweep, serial, progress=False)
-    started = time.perf_counter()
     outcome = run_sweep(sweep, parallel, progress=False, jobs=3)
     assert (outcome.finished, outcome.total, outcome.interrupted) == (4, 4, False)
-    assert time.perf_counter() - started > 0  # (the time is not a test: CI cores vary)
     keys = ("regime", "seed", "val_loss", "val_bpb", "acr", "causal_coverage", "tokens")
     a, b = read_csv(serial / "tiny.csv"), read_csv(parallel / "tiny.csv")
     assert [[r[k] for k in keys] for r in a] == [[r[k] for k in keys] for r in b]
