@@ -56,6 +56,24 @@ class ProbesCuts(Protocol):
     ) -> tuple[float, list[float]]: ...
 
 
+def losses_plan_by_plan(
+    probe: LossProbe,
+    full: Plan,
+    cuts: Sequence[tuple[int, int, int]],
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[float, list[float]]:
+    """(loss under `full`, [loss under `full` with each (layer, head, window) cut]): one
+    probe call per plan."""
+    base, losses = probe(full), []
+    for done, (layer, head, window) in enumerate(cuts):
+        plan = [row[:] for row in full]
+        plan[layer][head] = window
+        losses.append(probe(plan))
+        if progress is not None:
+            progress(done + 1, len(cuts))
+    return base, losses
+
+
 def cut_costs(
     probe: LossProbe,
     n_layer: int,
@@ -81,13 +99,7 @@ def cut_costs(
     if isinstance(probe, ProbesCuts):
         base, losses = probe.cut_losses(cuts, progress)
     else:
-        base, losses = probe(full), []
-        for done, (l, h, w) in enumerate(cuts):
-            plan = [row[:] for row in full]
-            plan[l][h] = w
-            losses.append(probe(plan))
-            if progress is not None:
-                progress(done + 1, len(cuts))
+        base, losses = losses_plan_by_plan(probe, full, cuts, progress)
     for (l, h, c), loss in zip(todo, losses, strict=True):
         out[l, h, c] = max(0.0, loss - base)
     order = np.argsort(np.asarray(candidates))

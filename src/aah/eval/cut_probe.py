@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from aah.attention import windowed_attention
+from aah.controller.ablation import losses_plan_by_plan
 from aah.controller.plan import Plan, full_plan
 from aah.model import GPT
 
@@ -59,15 +60,7 @@ class CutProbe:
             if not (0 <= layer < cfg.n_layer and 0 <= head < cfg.n_head and window >= 1):
                 raise ValueError(f"cut (layer {layer}, head {head}, window {window}) is invalid")
         if not self._reusable():
-            base = self(full)
-            losses = []
-            for done, (layer, head, window) in enumerate(cuts):
-                plan = [row[:] for row in full]
-                plan[layer][head] = int(window)
-                losses.append(self(plan))
-                if progress is not None:
-                    progress(done + 1, len(cuts))
-            return base, losses
+            return losses_plan_by_plan(self, full, [(l, h, int(w)) for l, h, w in cuts], progress)
         chunks = torch.split(self.windows, self.batch_size)
         base_sum, sums = 0.0, [0.0] * len(cuts)
         with _evaluating(model, full):
