@@ -15,13 +15,15 @@ also absorbs noise), floored at 0.
 Attention mass beyond a window (`hf_mass`) is a proxy for this cost: a head that retrieves a
 few far tokens puts little mean mass far away, yet carries those tokens. Cost of measuring it:
 one forward over the calibration batches per (KV head, candidate < T), i.e.
-L x Hkv x |{c < T}| passes plus one for the reference loss.
+L x Hkv x |{c < T}| passes plus one for the reference loss, less the layers before each cut,
+which are replayed from the reference pass (`hf_replay`) instead of recomputed.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
@@ -30,7 +32,8 @@ from tqdm import tqdm
 from aah.controller.plan import Plan
 from aah.integrations.hf import applied
 from aah.integrations.hf_allocate import check_candidates
-from aah.integrations.hf_layout import layout
+from aah.integrations.hf_layout import decoder_layers, layout
+from aah.integrations.hf_replay import recording, replaying
 from aah.validate import check_int
 
 
@@ -42,29 +45,38 @@ class Imposed(NamedTuple):
 
 
 @torch.no_grad()
+def batch_nll(model: torch.nn.Module, ids: torch.Tensor) -> tuple[float, int]:
+    """(summed next-token loss in nats, tokens predicted) of one (B, T) batch, as the model
+    stands (its attention implementation, plan and training mode)."""
+    ids = ids.to(next(model.parameters()).device)
+    logits = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
+    targets = ids[:, 1:]
+    nll = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
+    )
+    return float(nll), targets.numel()
+
+
 def mean_loss(model: torch.nn.Module, batches: Sequence[torch.Tensor]) -> float:
     """Mean next-token loss (nats) over every predicted token of `batches` (B, T), as the model
     stands (its attention implementation and plan); ValueError when no block has 2 tokens."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    nll, count = 0.0, 0
-    try:
-        for ids in batches:
-            ids = ids.to(device)
-            logits = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
-            targets = ids[:, 1:]
-            nll += float(
-                torch.nn.functional.cross_entropy(
-                    logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
-                )
-            )
-            count += targets.numel()
-    finally:
-        model.train(was_training)
+    with evaluating(model):
+        sums = [batch_nll(model, ids) for ids in batches]
+    count = sum(n for _, n in sums)
     if count == 0:
         raise ValueError("the loss needs blocks of at least 2 tokens")
-    return nll / count
+    return sum(nll for nll, _ in sums) / count
+
+
+@contextmanager
+def evaluating(model: torch.nn.Module) -> Iterator[None]:
+    """Eval mode inside the block; the training mode as it was after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 def cut_plan(
@@ -105,14 +117,32 @@ def loss_increase(
         for j, c in enumerate(cands)
         if c < seq_len
     ]
-    full = [[seq_len] * lay.n_head for _ in range(lay.n_layer)]
-    with applied(model, Imposed(full, sink_rows)):
-        base = mean_loss(model, batches)
-    bar = tqdm(todo, desc="loss signal (KV head x window)", unit="pass", disable=not progress)
-    for layer, kv, j in bar:
-        plan = cut_plan(lay.n_layer, lay.n_head, group, seq_len, layer, kv, cands[j])
-        with applied(model, Imposed(plan, sink_rows)):
-            out[layer, kv, j] = mean_loss(model, batches) - base
+    full = Imposed([[seq_len] * lay.n_head for _ in range(lay.n_layer)], sink_rows)
+    cuts = [
+        Imposed(cut_plan(lay.n_layer, lay.n_head, group, seq_len, layer, kv, cands[j]), sink_rows)
+        for layer, kv, j in todo
+    ]
+    layers = decoder_layers(model)
+    base_nll, cut_nll, count = 0.0, [0.0] * len(todo), 0
+    bar = tqdm(
+        total=len(todo) * len(batches), desc="loss signal (KV head x window)", unit="pass",
+        disable=not progress,
+    )  # fmt: skip
+    with evaluating(model):
+        for ids in batches:  # per batch: one full forward, then each cut from its layer on
+            with applied(model, full), recording(layers) as outputs:
+                nll, tokens = batch_nll(model, ids)
+            base_nll, count = base_nll + nll, count + tokens
+            for i, ((layer, _, _), cut) in enumerate(zip(todo, cuts, strict=True)):
+                with applied(model, cut), replaying(layers, outputs, upto=layer):
+                    cut_nll[i] += batch_nll(model, ids)[0]
+                bar.update(1)
+    bar.close()
+    if count == 0:
+        raise ValueError("the loss needs blocks of at least 2 tokens")
+    base = base_nll / count
+    for (layer, kv, j), nll in zip(todo, cut_nll, strict=True):
+        out[layer, kv, j] = nll / count - base
     if not math.isfinite(base) or not torch.isfinite(out).all():
         raise RuntimeError("the calibration loss is not finite")
     return out

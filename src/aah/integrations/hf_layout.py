@@ -7,6 +7,7 @@ transformers is imported lazily: without it `require_transformers` raises Import
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -56,13 +57,17 @@ def layout(model: torch.nn.Module) -> Layout:
         )
     if getattr(config, "add_cross_attention", False):
         raise ValueError(f"{type(model).__name__} has cross-attention layers: not supported")
-    layers_attr, attn_attr = FAMILIES[family]
-    base = getattr(model, "base_model", model)
-    layers = getattr(base, layers_attr)
-    modules = tuple(getattr(layer, attn_attr) for layer in layers)
+    _, attn_attr = FAMILIES[family]
+    modules = tuple(getattr(layer, attn_attr) for layer in decoder_layers(model))
     n_head = int(config.num_attention_heads)
     n_kv = int(getattr(config, "num_key_value_heads", None) or n_head)
     return Layout(family, len(modules), n_head, n_kv, modules)
+
+
+def decoder_layers(model: torch.nn.Module) -> Sequence[torch.nn.Module]:
+    """The model's decoder layers in order (its family must be in FAMILIES)."""
+    layers_attr, _ = FAMILIES[model.config.model_type]
+    return getattr(getattr(model, "base_model", model), layers_attr)
 
 
 def sliding_windows(model: torch.nn.Module) -> list[int | None]:
