@@ -4,10 +4,11 @@ The loss signal (`hf_ablation`) runs the calibration batches once per (layer, KV
 window) cut. A cut in layer l leaves layers 0..l-1 computing exactly what they compute with
 every head full, so their outputs can be recorded once per batch (`recording`) and handed
 back instead of recomputed (`replaying`): each cut then costs the layers from l on, about
-half a forward on average. The decoder layer's output object is returned as it was recorded
-(a tensor or a tuple, whatever this transformers version's layer returns), so the model's own
-loop is untouched; a layer whose forward is already wrapped by an instance attribute (e.g.
-accelerate's device-map hooks) gets that wrapper back afterwards.
+half a forward on average, for the memory of one batch's hidden states per layer. The
+decoder layer's output object is returned as it was recorded (a tensor or a tuple, whatever
+this transformers version's layer returns), so the model's own loop is untouched; a layer
+whose forward is already wrapped by an instance attribute (e.g. accelerate's device-map
+hooks) gets that wrapper back afterwards.
 """
 
 from __future__ import annotations
