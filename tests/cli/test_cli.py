@@ -144,6 +144,11 @@ def test_bench_training_last_line_is_json(capsys):
     assert rows["budget"]["causal_coverage"] <= 0.3
     assert rows["full"]["controller_share"] == 0.0 and rows["budget"]["controller_share"] > 0
     assert main(["bench", "training", "--seq-lens", "x"]) == 2
+    assert main(["bench", "training", "--seq-lens", "16", "--feature-rows", "-1"]) == 2
+    assert main(["bench", "training", "--seq-lens", "16", "--steps", "1", "--warmup", "0",
+                 "--batch-size", "1", "--threads", "1", "--feature-rows", "4"]) == 0  # fmt: skip
+    sampled = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert sampled["feature_rows"] == 4 and result["feature_rows"] == 0
 
 
 def test_heavy_commands_tune_the_allocator_unless_told_not_to(monkeypatch):

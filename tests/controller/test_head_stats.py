@@ -83,6 +83,18 @@ def test_forward_output_gives_the_same_features_from_a_key_only_pass(hq, hkv, t,
     torch.testing.assert_close(scaled[:, [0, 2]], got[:, [0, 2]])
     with pytest.raises(ValueError, match="out must have q's shape"):
         attention_stats(q, k, v, windows, out=out[:, :1])
+    # Look-back usage from the key-only pass too (values [k | key position]).
+    _, _, share, _, _ = brute(q, k, v, windows)
+    look = attention_stats(q, k, v, windows, out=out, usage="look-back").double()
+    torch.testing.assert_close(look[:, 2], share.mean(dim=(0, 2)), atol=1e-5, rtol=0)
+    torch.testing.assert_close(look[:, :2], got[:, :2])
+    # Sampled rows take their norms from `out` as well.
+    rows = sample_rows(t, 12, seed=0)
+    alone = attention_stats(q, k, v, windows, rows=rows).double()
+    with_out = attention_stats(q, k, v, windows, rows=rows, out=out).double()
+    torch.testing.assert_close(with_out, alone)
+    doubled = attention_stats(q, k, v, windows, rows=rows, out=2 * out).double()
+    torch.testing.assert_close(doubled[:, 1], 2 * alone[:, 1])
 
 
 def test_sampled_rows_estimate_the_same_rows_exactly():
@@ -96,6 +108,18 @@ def test_sampled_rows_estimate_the_same_rows_exactly():
     torch.testing.assert_close(got[:, 1], norm[:, :, rows].mean(dim=(0, 2)))
     # usage stays exact: one row decides it
     torch.testing.assert_close(got[:, 2], probs[..., -1].mean(dim=(0, 2)), atol=1e-6, rtol=0)
+
+
+def test_sampled_rows_across_several_spans_match_brute_force_with_look_back():
+    q, k, v = make_qkv(1, 4, 4, 700, 8, seed=5)
+    windows = [700, 3, 90, 300]
+    rows = sample_rows(700, 40, seed=1)  # spread over three ROW_SPAN chunks
+    assert (rows // 256).unique().numel() == 3
+    ent, norm, share, _, _ = brute(q, k, v, windows)
+    got = attention_stats(q, k, v, windows, rows=rows, usage="look-back").double()
+    torch.testing.assert_close(got[:, 0], ent[:, :, rows].mean(dim=(0, 2)) / math.log(700))
+    torch.testing.assert_close(got[:, 1], norm[:, :, rows].mean(dim=(0, 2)))
+    torch.testing.assert_close(got[:, 2], share[:, :, rows].mean(dim=(0, 2)), atol=1e-5, rtol=0)
 
 
 def test_qkv_statistics_per_head_and_pooled_per_group():

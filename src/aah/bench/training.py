@@ -36,7 +36,7 @@ POLICIES = (
 
 
 def policy_plans(
-    model: GPT, x: torch.Tensor, policies: tuple[str, ...], budget: float
+    model: GPT, x: torch.Tensor, policies: tuple[str, ...], budget: float, feature_rows: int = 0
 ) -> dict[str, tuple[list[list[int]], float]]:
     """Each policy's first decision on the model's own Q/K/V: (plan, controller seconds).
 
@@ -50,7 +50,9 @@ def policy_plans(
         _, acts = model(x, capture_qkv=True)
     out = {}
     for name in policies:
-        control = ControllerConfig(policy=name, warmup_steps=0, budget=budget)
+        control = ControllerConfig(
+            policy=name, warmup_steps=0, budget=budget, feature_rows=feature_rows
+        )
         policy = make_policy(
             control, n_layer=cfg.n_layer, n_head=cfg.n_head, n_kv_head=cfg.n_kv_head,
             seq_len=cfg.max_seq_len,
@@ -87,6 +89,7 @@ def bench_training(
     n_head: int = 8,
     budget: float = 0.3,
     interval: int = 5,
+    feature_rows: int = 0,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Rows of (seq_len, plan) timings; `on_row` receives each row as soon as it is done."""
@@ -107,7 +110,7 @@ def bench_training(
         model = GPT(config).to(dev)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         x = torch.randint(0, 256, (batch_size, seq_len + 1), device=dev)
-        decided = policy_plans(model, x[:, :-1], POLICIES, budget)
+        decided = policy_plans(model, x[:, :-1], POLICIES, budget, feature_rows)
         plans = {
             "full": [[seq_len] * n_head for _ in range(n_layer)],
             "fixed-T/4": [[max(1, seq_len // 4)] * n_head for _ in range(n_layer)],
@@ -157,6 +160,7 @@ def bench_training(
         "warmup": warmup,
         "threads": torch.get_num_threads(),
         "backend": backend,
+        "feature_rows": feature_rows,
         "device": str(dev),
         "torch": torch.__version__,
         "rows": rows,
@@ -205,6 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=1, help="untimed steps per plan first")
     flags.add_threads(p)
     p.add_argument("--backend", default="auto", help="attention backend (default auto)")
+    p.add_argument(
+        "--feature-rows", type=int, default=0, metavar="N",
+        help="the AAH-v3 policies estimate their attention features from N sampled rows "
+        "(controller.feature_rows; default 0: every row, exact)",
+    )  # fmt: skip
     flags.add_device(p)
     return p
 
@@ -217,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         seq_lens = flags.int_list(args.seq_lens, minimum=8)
         flags.check_batch_size(args.batch_size)
         flags.check_threads(args.threads)
+        if args.feature_rows < 0:
+            raise ValueError(f"--feature-rows must be >= 0, got {args.feature_rows}")
         if args.steps < 1 or args.warmup < 0:
             raise ValueError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps}, "
                              f"{args.warmup}")  # fmt: skip
@@ -231,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     result = bench_training(
         seq_lens, batch_size=args.batch_size, steps=args.steps, warmup=args.warmup,
         threads=args.threads, backend=args.backend, device=args.device,
-        on_row=lambda row: print(table_row(row), flush=True), **model,
+        feature_rows=args.feature_rows, on_row=lambda row: print(table_row(row), flush=True),
+        **model,
     )  # fmt: skip
     print(json.dumps(result))
     return 0

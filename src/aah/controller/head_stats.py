@@ -15,10 +15,11 @@ Features 6-8 describe the previous forward's attention; a group's are the mean o
 `attention_stats` gets them exactly in one windowed pass of the fused attention kernel per
 window (cost ~ T (w + b) per head, as a forward of the banded backend; half that when the
 forward's own attention output is passed in, as the training loop does), or from `rows`
-sampled rows as a cheaper estimate. The entropy is computed as lse - E_p[score], which
-leaves out the method's 1e-9 inside the log (at most T * 1e-9 per row); in float32 the
-difference of two numbers of the size of the scores also costs up to ~1e-8 x max |score|
-(1e-6 at scores of 100; more only for degenerate scales).
+sampled rows as a cheaper estimate (the same fused pass over those rows alone, in chunks of
+nearby rows: cost ~ S (w + ROW_SPAN) per head for S rows). The entropy is computed as
+lse - E_p[score], which leaves out the method's 1e-9 inside the log (at most T * 1e-9 per
+row); in float32 the difference of two numbers of the size of the scores also costs up to
+~1e-8 x max |score| (1e-6 at scores of 100; more only for degenerate scales).
 Option `usage="look-back"`: the share of the reachable context a row uses,
 sum_j p_ij (i - j) / max(n_i - 1, 1), averaged over rows (n_i = keys row i may see).
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -50,10 +52,9 @@ BASE_FEATURES: tuple[str, ...] = (
     "usage",
 )
 N_BASE = len(BASE_FEATURES)
-#: Query rows per block of the exact pass.
-ROW_BLOCK = 256
-#: Inside the log of the entropy, as the method writes it: -sum p log(p + 1e-9).
-ENTROPY_EPS = 1e-9
+#: Sampled rows go through the fused kernel in chunks of rows within one span of this many
+#: positions: a chunk reads its rows' windows of keys (causal and windowed), not all of them.
+ROW_SPAN = 256
 
 
 def _heads(x: torch.Tensor, idx: list[int]) -> torch.Tensor:
@@ -136,7 +137,8 @@ def attention_stats(
     `windows` is the window in force per query head (w >= T: full causal). `rows`, sorted
     distinct positions, turns the exact pass over every row into an estimate from those rows.
     `out` (B, Hq, T, D), the attention output the forward already computed under `windows`,
-    halves the exact pass: the norms come from it, and the pass carries keys only.
+    halves the pass (exact or over `rows`): the norms come from it, and the pass carries the
+    keys only (and the key positions, for look-back usage).
     """
     check_choice("usage", usage, Usage)
     batch, n_q, seq_len, dim = q.shape
@@ -144,7 +146,6 @@ def attention_stats(
         raise ValueError(f"expected one window per query head ({n_q}), got {len(windows)}")
     if out is not None and out.shape != q.shape:
         raise ValueError(f"out must have q's shape {tuple(q.shape)}, got {tuple(out.shape)}")
-    reuse = out is not None and rows is None and usage == "last-key"
     scale = dim**-0.5 if scale is None else scale
     pos = torch.arange(seq_len) if rows is None else rows.cpu()
     stats = torch.zeros(n_q, 3, dtype=torch.float64)
@@ -155,15 +156,22 @@ def attention_stats(
         for w, heads in buckets.items():
             kv = _kv_index(n_q, k.shape[1], heads)
             qh, kh = _heads(q, heads), _heads(k, kv)
-            vh = None if reuse else _heads(v, kv)
-            if reuse:
-                sums = _key_pass_sums(qh, kh, _heads(out, heads), w, scale)  # type: ignore[arg-type]
-            elif rows is None:
-                sums = _exact_sums(qh, kh, vh, w, scale, usage)
+            given = None if out is None else _heads(out, heads)
+            fused = _fused_inputs(qh, kh, _heads(v, kv) if given is None else None, usage)
+            if rows is None:
+                every_row = torch.arange(seq_len, device=q.device)
+                if w >= seq_len:
+                    pv_pk, lse = attention_with_lse(*fused.inputs, scale, causal=True)
+                else:
+                    pv_pk, lse = forward_with_lse(*fused.inputs, (w,) * len(heads), scale)
+                sums = _sums(qh, fused, pv_pk, lse, every_row, w, scale, given)
             else:
                 sums = torch.zeros(len(heads), 3, dtype=torch.float64)
-                for chunk in torch.split(pos, ROW_BLOCK):
-                    sums += _row_sums(qh, kh, vh, chunk.to(q.device), w, scale, usage)
+                for block in (pos // ROW_SPAN).unique():
+                    chunk = pos[pos // ROW_SPAN == block].to(q.device)
+                    norms = None if given is None else given[:, :, chunk]
+                    pv_pk, lse = _masked_rows(fused, chunk, w, scale)
+                    sums += _sums(qh[:, :, chunk], fused, pv_pk, lse, chunk, w, scale, norms)
             stats[heads] = sums / (batch * pos.numel())
             if usage == "last-key":
                 stats[heads, 2] = _last_key(qh, kh, w, scale).double() / (batch * seq_len)
@@ -171,70 +179,55 @@ def attention_stats(
     return stats.float()
 
 
-def _exact_sums(qh, kh, vh, w: int, scale: float, usage: str) -> torch.Tensor:  # type: ignore[no-untyped-def]
-    """(heads, 3) float64 sums over batch and every row: entropy, norm, look-back share.
+class _Fused(NamedTuple):
+    """Inputs of one fused-kernel pass whose values are [(v |) k (| key position)], so that its
+    output gives each row P V (the output, unless the forward's own is at hand), P K (hence
+    E_p[score] = scale q . P K and the entropy lse - E_p[score]) and, for look-back, E_p[j].
+    q and k get zero columns to match the value width (the kernel's rule); scores stay."""
 
-    One windowed pass of the fused kernel over values [v | k (| position)]: a row's entropy is
-    lse - E_p[s] with E_p[s] = scale q . (P K), its look-back i - E_p[j]. Queries and keys get
-    zero columns to match the value width (the kernel's rule); scores do not change.
-    """
-    batch, n_h, seq_len, dim = qh.shape
-    position = torch.arange(seq_len, dtype=qh.dtype, device=qh.device)
-    values = [vh, kh]
-    if usage == "look-back":
-        values.append(position.view(1, 1, -1, 1).expand(batch, n_h, seq_len, 1))
-    values = torch.cat(values, dim=-1)
+    inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (q, k, values), every key
+    with_v: bool
+    look_back: bool
+
+
+def _fused_inputs(qh, kh, vh, usage: str) -> _Fused:  # type: ignore[no-untyped-def]
+    """vh None: values start at k (the norms come from the forward's output)."""
+    batch, n_h, n_keys, dim = kh.shape
+    look_back = usage == "look-back"
+    parts = ([] if vh is None else [vh]) + [kh]
+    if look_back:
+        keys = torch.arange(n_keys, dtype=kh.dtype, device=kh.device)
+        parts.append(keys.view(1, 1, -1, 1).expand(batch, n_h, n_keys, 1))
+    if len(parts) == 1:
+        return _Fused((qh, kh, kh), with_v=False, look_back=False)
+    values = torch.cat(parts, dim=-1)
     pad = (0, values.shape[-1] - dim)
-    qp, kp = F.pad(qh, pad), F.pad(kh, pad)
-    if w >= seq_len:
-        out, lse = attention_with_lse(qp, kp, values, scale, causal=True)
-    else:
-        out, lse = forward_with_lse(qp, kp, values, (w,) * n_h, scale)
-    expected_score = scale * torch.linalg.vecdot(qh, out[..., dim : 2 * dim])
+    return _Fused((F.pad(qh, pad), F.pad(kh, pad), values), vh is not None, look_back)
+
+
+def _masked_rows(fused: _Fused, rows: torch.Tensor, w: int, scale: float):  # type: ignore[no-untyped-def]
+    """The fused pass of `rows` alone over the keys they may see, the window as a mask."""
+    q, k, values = fused.inputs
+    lo, hi = max(0, int(rows[0]) - w + 1), int(rows[-1]) + 1
+    allowed = window_allows(rows.unsqueeze(1), torch.arange(lo, hi, device=rows.device), w)
+    mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device)
+    mask = mask.masked_fill(~allowed, -math.inf)
+    return attention_with_lse(q[:, :, rows], k[:, :, lo:hi], values[:, :, lo:hi], scale, mask=mask)
+
+
+def _sums(qh, fused: _Fused, pv_pk, lse, rows, w: int, scale: float, norms) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """(heads, 3) float64 sums over batch and `rows` (the positions of qh's rows) of entropy,
+    output norm (of `norms`, the forward's output, when given) and look-back share (else 0)."""
+    dim = qh.shape[-1]
+    at = dim if fused.with_v else 0  # where P K starts
+    expected_score = scale * torch.linalg.vecdot(qh, pv_pk[..., at : at + dim])
     entropy = (lse.float() - expected_score).clamp_min(0.0)  # >= 0; rounding can dip below
-    norm = out[..., :dim].norm(dim=-1)
-    sums = [entropy.double().sum(dim=(0, 2)), norm.double().sum(dim=(0, 2))]
-    if usage == "look-back":
-        reach = (torch.clamp(position + 1, max=w) - 1).clamp_min(1)
-        share = (position - out[..., 2 * dim]) / reach
-        sums.append(share.double().sum(dim=(0, 2)))
-    else:
-        sums.append(torch.zeros_like(sums[0]))
-    return torch.stack(sums, dim=-1)
-
-
-def _key_pass_sums(qh, kh, out_h, w: int, scale: float) -> torch.Tensor:  # type: ignore[no-untyped-def]
-    """(heads, 3) float64 sums over batch and every row: entropy, norm of `out_h`, zero.
-
-    One windowed pass of the fused kernel with the keys as values gives each row's lse and
-    P K, hence its entropy lse - scale q . (P K); `out_h` is the forward's own P V.
-    """
-    n_h, seq_len = qh.shape[1], qh.shape[2]
-    if w >= seq_len:
-        pk, lse = attention_with_lse(qh, kh, kh, scale, causal=True)
-    else:
-        pk, lse = forward_with_lse(qh, kh, kh, (w,) * n_h, scale)
-    entropy = (lse.float() - scale * torch.linalg.vecdot(qh, pk)).clamp_min(0.0)
-    norm = torch.linalg.vector_norm(out_h, dim=-1)
+    norm = torch.linalg.vector_norm(pv_pk[..., :dim] if norms is None else norms, dim=-1)
     sums = [t.sum(dim=(0, 2), dtype=torch.float64) for t in (entropy, norm)]
-    return torch.stack([*sums, torch.zeros_like(sums[0])], dim=-1)
-
-
-def _row_sums(qh, kh, vh, pos: torch.Tensor, w: int, scale: float, usage: str) -> torch.Tensor:  # type: ignore[no-untyped-def]
-    """(heads, 3) float64 sums over batch and the rows `pos` of entropy, norm, look-back."""
-    lo, hi = max(0, int(pos[0]) - w + 1), int(pos[-1]) + 1
-    keys = torch.arange(lo, hi, device=pos.device)
-    back = pos.unsqueeze(1) - keys  # (S, L): how far key j lies behind row i
-    allowed = window_allows(pos.unsqueeze(1), keys, w)
-    scores = torch.matmul(qh[:, :, pos], kh[:, :, lo:hi].transpose(-1, -2)) * scale
-    p = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
-    entropy = -(p * (p + ENTROPY_EPS).log()).sum(dim=-1)
-    norm = torch.matmul(p, vh[:, :, lo:hi]).norm(dim=-1)
-    sums = [entropy.double().sum(dim=(0, 2)), norm.double().sum(dim=(0, 2))]
-    if usage == "look-back":
-        reach = (torch.clamp(pos + 1, max=w) - 1).clamp_min(1).to(p.dtype)
-        share = (p * back.to(p.dtype)).sum(dim=-1)
-        sums.append((share / reach).double().sum(dim=(0, 2)))
+    if fused.look_back:
+        reach = (torch.clamp(rows + 1, max=w) - 1).clamp_min(1)
+        share = (rows - pv_pk[..., at + dim]) / reach
+        sums.append(share.sum(dim=(0, 2), dtype=torch.float64))
     else:
         sums.append(torch.zeros_like(sums[0]))
     return torch.stack(sums, dim=-1)
