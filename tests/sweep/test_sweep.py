@@ -272,11 +272,17 @@ def test_commit_lands_each_finished_cell_and_nothing_else(tmp_path, tiny_corpus)
     assert "other.txt" in _git(repo, "diff", "--cached", "--name-only")  # still staged only
 
 
-def test_jobs_run_cells_at_once_with_the_same_results_as_one_at_a_time(tmp_path, tiny_corpus):
+def test_jobs_run_cells_at_once_with_the_same_results_as_one_at_a_time(
+    tmp_path, tiny_corpus, capsys
+):
     sweep = SweepConfig.from_toml(suite_file(tmp_path, tiny_corpus, seeds=(0, 1), steps=4))
     serial, parallel = tmp_path / "serial", tmp_path / "parallel"
     run_sweep(sweep, serial, progress=False)
+    capsys.readouterr()
     outcome = run_sweep(sweep, parallel, progress=False, jobs=3)
+    log = capsys.readouterr().out.splitlines()  # without bars, one line per start and finish
+    assert log[:3] == [f"tiny: {c} started" for c in ("full-s0", "budget-s0", "full-s1")]
+    assert sum("finished (" in line for line in log) == 4 and log[-1].endswith("(4/4)")
     assert (outcome.finished, outcome.total, outcome.interrupted) == (4, 4, False)
     keys = ("regime", "seed", "val_loss", "val_bpb", "acr", "causal_coverage", "tokens")
     a, b = read_csv(serial / "tiny.csv"), read_csv(parallel / "tiny.csv")

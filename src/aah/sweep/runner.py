@@ -108,6 +108,7 @@ def run_sweep(
         total=len(cells), initial=done, desc=f"{sweep.name} cells", unit="cell",
         disable=not progress, position=0,
     )  # fmt: skip
+    say = grid.write if progress else lambda line: print(line, flush=True)
     running: list[CellProcess] = []
     failed: tuple[CellProcess, int] | None
     interrupted, failed = False, None  # failed: (the cell's process, its exit code)
@@ -119,6 +120,7 @@ def run_sweep(
                     slot = min(set(range(jobs)) - {p.slot for p in running})
                     run_dir = cell_dir(out, sweep, cell)
                     running.append(CellProcess(cell, run_dir, progress=progress, slot=slot))
+                    say(f"{sweep.name}: {cell.name} started")
                 grid.set_postfix_str(", ".join(p.cell.name for p in running))
                 time.sleep(POLL_S)
                 for proc in list(running):
@@ -136,6 +138,7 @@ def run_sweep(
                         done += 1
                         grid.update(1)
                         _land(proc.run_dir, out, sweep, csv_path, commit)
+                        say(f"{sweep.name}: {proc.cell.name} finished ({done}/{len(cells)})")
     except KeyboardInterrupt:
         interrupted = True
     finally:
