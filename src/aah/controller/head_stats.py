@@ -190,7 +190,9 @@ class _Fused(NamedTuple):
     look_back: bool
 
 
-def _fused_inputs(qh, kh, vh, usage: str) -> _Fused:  # type: ignore[no-untyped-def]
+def _fused_inputs(
+    qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor | None, usage: str
+) -> _Fused:
     """vh None: values start at k (the norms come from the forward's output)."""
     batch, n_h, n_keys, dim = kh.shape
     look_back = usage == "look-back"
@@ -205,7 +207,9 @@ def _fused_inputs(qh, kh, vh, usage: str) -> _Fused:  # type: ignore[no-untyped-
     return _Fused((F.pad(qh, pad), F.pad(kh, pad), values), vh is not None, look_back)
 
 
-def _masked_rows(fused: _Fused, rows: torch.Tensor, w: int, scale: float):  # type: ignore[no-untyped-def]
+def _masked_rows(
+    fused: _Fused, rows: torch.Tensor, w: int, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused pass of `rows` alone over the keys they may see, the window as a mask."""
     q, k, values = fused.inputs
     lo, hi = max(0, int(rows[0]) - w + 1), int(rows[-1]) + 1
@@ -215,7 +219,16 @@ def _masked_rows(fused: _Fused, rows: torch.Tensor, w: int, scale: float):  # ty
     return attention_with_lse(q[:, :, rows], k[:, :, lo:hi], values[:, :, lo:hi], scale, mask=mask)
 
 
-def _sums(qh, fused: _Fused, pv_pk, lse, rows, w: int, scale: float, norms) -> torch.Tensor:  # type: ignore[no-untyped-def]
+def _sums(
+    qh: torch.Tensor,
+    fused: _Fused,
+    pv_pk: torch.Tensor,
+    lse: torch.Tensor,
+    rows: torch.Tensor,
+    w: int,
+    scale: float,
+    norms: torch.Tensor | None,
+) -> torch.Tensor:
     """(heads, 3) float64 sums over batch and `rows` (the positions of qh's rows) of entropy,
     output norm (of `norms`, the forward's output, when given) and look-back share (else 0)."""
     dim = qh.shape[-1]
@@ -233,7 +246,7 @@ def _sums(qh, fused: _Fused, pv_pk, lse, rows, w: int, scale: float, norms) -> t
     return torch.stack(sums, dim=-1)
 
 
-def _last_key(qh, kh, w: int, scale: float) -> torch.Tensor:  # type: ignore[no-untyped-def]
+def _last_key(qh: torch.Tensor, kh: torch.Tensor, w: int, scale: float) -> torch.Tensor:
     """(heads,): sum over batch of the last row's attention weight on itself."""
     t = kh.shape[2]
     scores = torch.matmul(qh[:, :, t - 1 :], kh[:, :, t - w :].transpose(-1, -2)) * scale

@@ -97,8 +97,9 @@ class CutProbe:
         per_cut = []
         for layer, head, window in cuts:
             q, k, v, out = acts[layer]
+            assert out is not None  # plain softmax without sinks: the forward returns it
             kv = head // group
-            heads = out.clone()  # type: ignore[union-attr]
+            heads = out.clone()
             heads[:, head : head + 1] = windowed_attention(
                 q[:, head : head + 1],
                 k[:, kv : kv + 1],
