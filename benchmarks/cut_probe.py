@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import numpy as np
 import torch
 
+from aah.bench.timing import interleaved_medians
 from aah.controller import ControllerConfig, make_policy
 from aah.controller.ablation import cut_costs
 from aah.eval.cut_probe import CutProbe
@@ -47,16 +46,13 @@ def main() -> int:
     ).windows  # fmt: skip
     windows = torch.randint(0, 256, (args.windows, args.seq_len + 1))
     probe = CutProbe(model, windows, args.batch_size)
-    routes = {"cut-probe": probe, "whole-forward": lambda plan: probe(plan)}
-    seconds: dict[str, list[float]] = {name: [] for name in routes}
-    costs = {}
-    for rep in range(args.reps + 1):  # the first round warms up, untimed
-        for name, route in routes.items():
-            start = time.perf_counter()
-            costs[name] = cut_costs(route, cfg.n_layer, cfg.n_head, cfg.max_seq_len, candidates)
-            if rep:
-                seconds[name].append(time.perf_counter() - start)
-    median = {name: statistics.median(s) for name, s in seconds.items()}
+    dims = (cfg.n_layer, cfg.n_head, cfg.max_seq_len, candidates)
+    routes = {
+        "cut-probe": lambda: cut_costs(probe, *dims),
+        "whole-forward": lambda: cut_costs(lambda plan: probe(plan), *dims),  # a plain callable
+    }
+    costs: dict = {}  # each route's last answer, to compare them
+    median = interleaved_medians(routes, reps=args.reps, answers=costs)  # after 1 untimed round
     result = {
         "benchmark": "cut_probe",
         "model": {"n_layer": cfg.n_layer, "n_head": cfg.n_head, "d_model": cfg.d_model},

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import torch
 
+from aah.bench.timing import interleaved_medians
 from aah.integrations import hf
 from aah.integrations.hf_ablation import Imposed, cut_plan, loss_increase, mean_loss
 from aah.integrations.hf_layout import layout
@@ -66,15 +65,8 @@ def main() -> int:
         "replay": lambda: loss_increase(model, batches, candidates, sinks=4),
         "whole-forward": lambda: whole_forwards(model, batches, candidates, 4),
     }
-    seconds: dict[str, list[float]] = {name: [] for name in routes}
-    raw = {}
-    for rep in range(args.reps + 1):  # the first round warms up, untimed
-        for name, route in routes.items():
-            start = time.perf_counter()
-            raw[name] = route()
-            if rep:
-                seconds[name].append(time.perf_counter() - start)
-    median = {name: statistics.median(s) for name, s in seconds.items()}
+    raw: dict = {}  # each route's last answer, to compare them
+    median = interleaved_medians(routes, reps=args.reps, answers=raw)  # after 1 untimed round
     result = {
         "benchmark": "hf_loss_signal",
         "model": {

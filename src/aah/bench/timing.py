@@ -17,9 +17,13 @@ from collections.abc import Callable
 
 
 def interleaved_medians(
-    fns: dict[str, Callable[[], object]], reps: int, warmup: int = 1
+    fns: dict[str, Callable[[], object]],
+    reps: int,
+    warmup: int = 1,
+    answers: dict[str, object] | None = None,
 ) -> dict[str, float]:
-    """Median seconds of each callable, run round-robin so drift hits all of them alike."""
+    """Median seconds of each callable, run round-robin so drift hits all of them alike;
+    `answers`, when given, receives each callable's last return value (to compare them)."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
@@ -27,8 +31,10 @@ def interleaved_medians(
     for _ in range(reps):
         for name, fn in fns.items():
             start = time.perf_counter()
-            fn()
+            answer = fn()
             samples[name].append(time.perf_counter() - start)
+            if answers is not None:
+                answers[name] = answer
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
