@@ -132,7 +132,7 @@ def test_import_aah_is_light():
 REGIMES = ("full-adaptive", "shallow-freeze", "deep-reuse", "grouping-off")
 
 
-def test_bench_training_last_line_is_json(capsys):
+def test_bench_training_last_line_is_json(capsys, monkeypatch):
     assert main(["bench", "training", "--seq-lens", "16", "--steps", "1", "--warmup", "0",
                  "--batch-size", "1", "--threads", "1"]) == 0  # fmt: skip
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -145,10 +145,18 @@ def test_bench_training_last_line_is_json(capsys):
     assert rows["full"]["controller_share"] == 0.0 and rows["budget"]["controller_share"] > 0
     assert main(["bench", "training", "--seq-lens", "x"]) == 2
     assert main(["bench", "training", "--seq-lens", "16", "--feature-rows", "-1"]) == 2
+    from aah.bench import training
+
+    seen: list[int] = []  # what each policy was built with
+    real = training.make_policy
+    monkeypatch.setattr(
+        training, "make_policy", lambda cfg, **d: seen.append(cfg.feature_rows) or real(cfg, **d)
+    )
     assert main(["bench", "training", "--seq-lens", "16", "--steps", "1", "--warmup", "0",
                  "--batch-size", "1", "--threads", "1", "--feature-rows", "4"]) == 0  # fmt: skip
     sampled = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert sampled["feature_rows"] == 4 and result["feature_rows"] == 0
+    assert seen and set(seen) == {4}
 
 
 def test_heavy_commands_tune_the_allocator_unless_told_not_to(monkeypatch):

@@ -78,9 +78,7 @@ class CutProbe:
         return all(block.attn.attend is None for block in self.model.blocks)
 
     def _mean_loss(self) -> float:
-        total = 0.0
-        for chunk in torch.split(self.windows, self.batch_size):
-            total += summed_loss(self.model(chunk[:, :-1]), chunk[:, 1:])
+        total = sum(loss for *_, loss in chunk_losses(self.model, self.windows, self.batch_size))
         return total / (self.windows.shape[0] * (self.windows.shape[1] - 1))
 
     def _chunk_sums(self, chunk: torch.Tensor, cuts: Sequence[Cut]) -> tuple[float, list[float]]:
@@ -113,6 +111,17 @@ class CutProbe:
                 x, _ = later(x, model.position)
             per_cut.append(summed_loss(model.logits(x), target))
         return base, per_cut
+
+
+@torch.no_grad()
+def chunk_losses(
+    model: GPT, windows: torch.Tensor, batch_size: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, float]]:
+    """Per chunk of (N, T + 1) windows: (logits, targets, summed next-byte loss in nats)."""
+    for chunk in torch.split(windows, batch_size):
+        logits = model(chunk[:, :-1])
+        target = chunk[:, 1:]
+        yield logits, target, summed_loss(logits, target)
 
 
 def summed_loss(logits: torch.Tensor, target: torch.Tensor) -> float:

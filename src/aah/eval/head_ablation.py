@@ -12,25 +12,14 @@ gradients), and by the training-time `loss-ablation` policy. Both measure throug
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
 from aah.controller.ablation import cut_costs
-from aah.eval.cut_probe import CutProbe, summed_loss
+from aah.eval.cut_probe import CutProbe
 from aah.model import GPT
-
-
-@torch.no_grad()
-def chunk_losses(
-    model: GPT, windows: torch.Tensor, batch_size: int
-) -> Iterator[tuple[torch.Tensor, torch.Tensor, float]]:
-    """Per chunk of (N, T + 1) windows: (logits, targets, summed next-byte loss in nats)."""
-    for chunk in torch.split(windows, batch_size):
-        logits = model(chunk[:, :-1])
-        target = chunk[:, 1:]
-        yield logits, target, summed_loss(logits, target)
 
 
 def loss_ablation(

@@ -24,7 +24,8 @@ from aah.attention import coverage
 from aah.controller.mass import mass_beyond
 from aah.data import load_tokens
 from aah.data.loader import answer_marks, spread_starts, spread_windows
-from aah.eval.head_ablation import chunk_losses, loss_ablation
+from aah.eval.cut_probe import chunk_losses
+from aah.eval.head_ablation import loss_ablation
 from aah.eval.recall import RecallCounter
 from aah.model import GPT
 from aah.posthoc.plans import AAH, BUDGETED, NEEDS_ABLATION, aah_plan, budgeted_plan

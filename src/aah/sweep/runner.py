@@ -110,8 +110,8 @@ def run_sweep(
     )  # fmt: skip
     say = grid.write if progress else lambda line: print(line, flush=True)
     running: list[CellProcess] = []
-    failed: tuple[CellProcess, int] | None
-    interrupted, failed = False, None  # failed: (the cell's process, its exit code)
+    failed: tuple[CellProcess, int] | None = None  # (the cell's process, its exit code)
+    interrupted = False
     try:
         with _sigterm_as_interrupt():
             while (todo or running) and not (interrupted or failed):
