@@ -149,6 +149,7 @@ def test_bench_training_last_line_is_json(capsys, monkeypatch):
 
     seen: list[int] = []  # what each policy was built with
     real = training.make_policy
+    real_gpt = training.GPT
     monkeypatch.setattr(
         training, "make_policy", lambda cfg, **d: seen.append(cfg.feature_rows) or real(cfg, **d)
     )
@@ -157,6 +158,21 @@ def test_bench_training_last_line_is_json(capsys, monkeypatch):
     sampled = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert sampled["feature_rows"] == 4 and result["feature_rows"] == 0
     assert seen and set(seen) == {4}
+    # The model's shape and the policies timed are the user's to choose.
+    built = []
+    monkeypatch.setattr(training, "GPT", lambda cfg: built.append(cfg) or real_gpt(cfg))
+    shape = ["--n-layer", "1", "--d-model", "48", "--n-head", "3", "--d-ff", "64"]
+    assert main(["bench", "training", "--seq-lens", "16", "--steps", "1", "--warmup", "0",
+                 "--batch-size", "1", "--threads", "1", *shape,
+                 "--policies", "aah-v3-grouping-off"]) == 0  # fmt: skip
+    shaped = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert shaped["model"] == {"n_layer": 1, "d_model": 48, "n_head": 3, "d_ff": 64}
+    assert [(c.n_layer, c.d_model, c.n_head, c.ff_dim) for c in built] == [(1, 48, 3, 64)]
+    assert [r["plan"] for r in shaped["rows"]] == ["full", "fixed-T/4", "aah-v3-grouping-off"]
+    for bad in (["--policies", "loss-ablation"], ["--d-model", "50", "--n-head", "3"],
+                ["--n-layer", "0"], ["--d-ff", "-1"]):  # fmt: skip
+        assert main(["bench", "training", "--seq-lens", "16", *bad]) == 2
+    assert "--policies" in capsys.readouterr().err
 
 
 def test_heavy_commands_tune_the_allocator_unless_told_not_to(monkeypatch):

@@ -3,8 +3,9 @@
 For each sequence length, one demo-size model takes optimizer steps under each plan in
 turn, so drift in machine speed hits all plans alike; the median of the timed steps gives
 tokens/s. Plans: full; fixed T/4; and the plan each controller policy (budget 0.3 and the
-aah-v3 regimes) picks from the model's own Q/K/V, with that update's controller time, whose
-share of step time assumes one update per control interval.
+aah-v3 regimes) picks from the model's own Q/K/V. One control interval's work (the decision
+and the AAH-v3 feature pass) is timed again beside each of the policy's steps; the median,
+over one interval of steps plus itself, is the controller's share of training time.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from aah.cli import flags
-from aah.controller import ControllerConfig, make_policy
+from aah.controller import ControllerConfig, Policy, make_policy
 from aah.eval.evaluate import plan_diagnostics
 from aah.model import GPT, GPTConfig
 from aah.train.distributed import resolve_device
@@ -35,42 +36,58 @@ POLICIES = (
 )
 
 
+ControlTimer = Callable[[], float]
+
+
+def _fresh_policy(model: GPT, name: str, budget: float, feature_rows: int) -> tuple[int, Policy]:
+    """(interval, a new policy) as training builds it, deciding from its first update."""
+    cfg = model.config
+    control = ControllerConfig(
+        policy=name, warmup_steps=0, budget=budget, feature_rows=feature_rows
+    )
+    policy = make_policy(
+        control, n_layer=cfg.n_layer, n_head=cfg.n_head, n_kv_head=cfg.n_kv_head,
+        seq_len=cfg.max_seq_len,
+    )  # fmt: skip
+    return control.interval, policy
+
+
 def policy_plans(
     model: GPT, x: torch.Tensor, policies: tuple[str, ...], budget: float, feature_rows: int = 0
-) -> dict[str, tuple[list[list[int]], float]]:
-    """Each policy's first decision on the model's own Q/K/V: (plan, controller seconds).
-
-    The seconds are one interval's control work: the decision, plus the measurement pass a
-    policy runs on the step before its next decision (the AAH-v3 attention features).
-    """
+) -> dict[str, tuple[list[list[int]], ControlTimer]]:
+    """Each policy's first decision on the model's own Q/K/V, and a timer of one interval's
+    control work: the decision, plus the measurement pass a policy runs on the step before
+    its next decision (the AAH-v3 attention features). The timer replays both on a fresh
+    policy and the same activations, so it can be called once per timed step (A B A B)."""
     cfg = model.config
     full = [[cfg.max_seq_len] * cfg.n_head for _ in range(cfg.n_layer)]
     model.set_window_plan(full)
     with torch.no_grad():
         _, acts = model(x, capture_qkv=True)
-    out = {}
+    out: dict[str, tuple[list[list[int]], ControlTimer]] = {}
     for name in policies:
-        control = ControllerConfig(
-            policy=name, warmup_steps=0, budget=budget, feature_rows=feature_rows
-        )
-        policy = make_policy(
-            control, n_layer=cfg.n_layer, n_head=cfg.n_head, n_kv_head=cfg.n_kv_head,
-            seq_len=cfg.max_seq_len,
-        )  # fmt: skip
-        start = time.perf_counter()
+        interval, policy = _fresh_policy(model, name, budget, feature_rows)
         plan = policy.update(0, acts)
-        seconds = time.perf_counter() - start
         assert plan is not None
-        before_next = control.interval - 1
+        before_next = interval - 1
+        under_plan = None
         if before_next > 0 and policy.wants_activations(before_next):
             # As in training: that step's forward ran under the new plan (not timed).
             model.set_window_plan(plan)
             with torch.no_grad():
                 _, under_plan = model(x, capture_qkv=True)
+
+        def timer(
+            name: str = name, under_plan: Any = under_plan, before: int = before_next
+        ) -> float:
+            _, fresh = _fresh_policy(model, name, budget, feature_rows)
             start = time.perf_counter()
-            policy.update(before_next, under_plan)
-            seconds += time.perf_counter() - start
-        out[name] = (plan, seconds)
+            fresh.update(0, acts)
+            if under_plan is not None:
+                fresh.update(before, under_plan)
+            return time.perf_counter() - start
+
+        out[name] = (plan, timer)
     model.set_window_plan(full)
     return out
 
@@ -87,6 +104,8 @@ def bench_training(
     n_layer: int = 4,
     d_model: int = 256,
     n_head: int = 8,
+    d_ff: int = 0,
+    policies: tuple[str, ...] = POLICIES,
     budget: float = 0.3,
     interval: int = 5,
     feature_rows: int = 0,
@@ -104,18 +123,20 @@ def bench_training(
             n_head=n_head,
             n_kv_head=n_head,
             d_model=d_model,
+            d_ff=d_ff,
             max_seq_len=seq_len,
             backend=backend,
         )
         model = GPT(config).to(dev)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         x = torch.randint(0, 256, (batch_size, seq_len + 1), device=dev)
-        decided = policy_plans(model, x[:, :-1], POLICIES, budget, feature_rows)
+        decided = policy_plans(model, x[:, :-1], policies, budget, feature_rows)
         plans = {
             "full": [[seq_len] * n_head for _ in range(n_layer)],
             "fixed-T/4": [[max(1, seq_len // 4)] * n_head for _ in range(n_layer)],
         } | {name: plan for name, (plan, _) in decided.items()}
         times: dict[str, list[float]] = {name: [] for name in plans}
+        control_s: dict[str, list[float]] = {name: [] for name in decided}
         for i in range(warmup + steps):
             for name, plan in plans.items():  # interleaved: drift hits every plan alike
                 model.set_window_plan(plan)
@@ -131,11 +152,15 @@ def bench_training(
                     torch.cuda.synchronize()
                 if i >= warmup:
                     times[name].append(time.perf_counter() - start)
+                if name in decided:  # this interval's control work, beside its steps
+                    seconds = decided[name][1]()
+                    if i >= warmup:
+                        control_s[name].append(seconds)
         full_s = statistics.median(times["full"])
         for name, plan in plans.items():
             median = statistics.median(times[name])
             diag = plan_diagnostics(plan, seq_len)
-            update_s = decided[name][1] if name in decided else 0.0
+            update_s = statistics.median(control_s[name]) if name in decided else 0.0
             rows.append(
                 {
                     "seq_len": seq_len,
@@ -154,7 +179,7 @@ def bench_training(
                 on_row(rows[-1])
     return {
         "benchmark": "training",
-        "model": {"n_layer": n_layer, "d_model": d_model, "n_head": n_head},
+        "model": {"n_layer": n_layer, "d_model": d_model, "n_head": n_head, "d_ff": d_ff},
         "batch_size": batch_size,
         "steps": steps,
         "warmup": warmup,
@@ -214,6 +239,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the AAH-v3 policies estimate their attention features from N sampled rows "
         "(controller.feature_rows; default 0: every row, exact)",
     )  # fmt: skip
+    p.add_argument("--n-layer", type=int, default=4, help="model layers (default 4)")
+    p.add_argument("--d-model", type=int, default=256, help="model width (default 256)")
+    p.add_argument("--n-head", type=int, default=8, help="attention heads (default 8)")
+    p.add_argument("--d-ff", type=int, default=0, help="MLP width (default 0: 4 x d-model)")
+    p.add_argument(
+        "--policies", default=",".join(POLICIES), metavar="P,P,...",
+        help=f"controller policies whose plans to time (default {','.join(POLICIES)})",
+    )  # fmt: skip
     flags.add_device(p)
     return p
 
@@ -228,6 +261,20 @@ def main(argv: list[str] | None = None) -> int:
         flags.check_threads(args.threads)
         if args.feature_rows < 0:
             raise ValueError(f"--feature-rows must be >= 0, got {args.feature_rows}")
+        policies = tuple(name.strip() for name in args.policies.split(",") if name.strip())
+        unknown = [name for name in policies if name not in POLICIES]
+        if not policies or unknown:
+            raise ValueError(f"--policies must be a comma list of {', '.join(POLICIES)}, "
+                             f"got {args.policies!r}")  # fmt: skip
+        for flag, value in (("--n-layer", args.n_layer), ("--d-model", args.d_model),
+                            ("--n-head", args.n_head)):  # fmt: skip
+            if value < 1:
+                raise ValueError(f"{flag} must be >= 1, got {value}")
+        if args.d_model % args.n_head:
+            raise ValueError(f"--d-model ({args.d_model}) must be divisible by --n-head "
+                             f"({args.n_head})")  # fmt: skip
+        if args.d_ff < 0:
+            raise ValueError(f"--d-ff must be >= 0 (0 = 4 x d-model), got {args.d_ff}")
         if args.steps < 1 or args.warmup < 0:
             raise ValueError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps}, "
                              f"{args.warmup}")  # fmt: skip
@@ -236,13 +283,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = {"n_layer": 4, "d_model": 256, "n_head": 8}
+    model = {"n_layer": args.n_layer, "d_model": args.d_model, "n_head": args.n_head,
+             "d_ff": args.d_ff}  # fmt: skip
     print(table_head(model, args.batch_size, torch.get_num_threads(), args.backend,
                      args.steps, args.warmup), flush=True)  # fmt: skip
     result = bench_training(
         seq_lens, batch_size=args.batch_size, steps=args.steps, warmup=args.warmup,
         threads=args.threads, backend=args.backend, device=args.device,
-        feature_rows=args.feature_rows, on_row=lambda row: print(table_row(row), flush=True),
+        feature_rows=args.feature_rows, policies=policies,
+        on_row=lambda row: print(table_row(row), flush=True),
         **model,
     )  # fmt: skip
     print(json.dumps(result))
