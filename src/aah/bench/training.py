@@ -11,6 +11,7 @@ over one interval of steps plus itself, is the controller's share of training ti
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from aah.cli import flags
-from aah.controller import ControllerConfig, Policy, make_policy
+from aah.controller import QKV, ControllerConfig, Policy, make_policy
 from aah.eval.evaluate import plan_diagnostics
 from aah.model import GPT, GPTConfig
 from aah.train.distributed import resolve_device
@@ -52,6 +53,33 @@ def _fresh_policy(model: GPT, name: str, budget: float, feature_rows: int) -> tu
     return control.interval, policy
 
 
+def _control_seconds(
+    model: GPT,
+    name: str,
+    budget: float,
+    feature_rows: int,
+    acts: QKV,
+    before_next: int,
+    under_plan: QKV | None,
+) -> float:
+    """Seconds of one interval's control work, replayed on a fresh policy: its first decision
+    on `acts` and, when it measures the step before its next decision, that update too."""
+    _, policy = _fresh_policy(model, name, budget, feature_rows)
+    _sync(acts)
+    start = time.perf_counter()
+    policy.update(0, acts)
+    if under_plan is not None:
+        policy.update(before_next, under_plan)
+    _sync(acts)
+    return time.perf_counter() - start
+
+
+def _sync(acts: QKV) -> None:
+    """Wait for queued CUDA work, so a timer reads the work itself."""
+    if torch.cuda.is_available() and acts and acts[0][0].is_cuda:
+        torch.cuda.synchronize()
+
+
 def policy_plans(
     model: GPT, x: torch.Tensor, policies: tuple[str, ...], budget: float, feature_rows: int = 0
 ) -> dict[str, tuple[list[list[int]], ControlTimer]]:
@@ -77,16 +105,9 @@ def policy_plans(
             with torch.no_grad():
                 _, under_plan = model(x, capture_qkv=True)
 
-        def timer(
-            name: str = name, under_plan: Any = under_plan, before: int = before_next
-        ) -> float:
-            _, fresh = _fresh_policy(model, name, budget, feature_rows)
-            start = time.perf_counter()
-            fresh.update(0, acts)
-            if under_plan is not None:
-                fresh.update(before, under_plan)
-            return time.perf_counter() - start
-
+        timer = functools.partial(
+            _control_seconds, model, name, budget, feature_rows, acts, before_next, under_plan
+        )
         out[name] = (plan, timer)
     model.set_window_plan(full)
     return out
