@@ -314,3 +314,23 @@ def test_jobs_must_be_a_positive_int(tmp_path, tiny_corpus):
     sweep = SweepConfig.from_toml(suite_file(tmp_path, tiny_corpus))
     with pytest.raises(ValueError, match="jobs must be an int >= 1, got 0"):
         run_sweep(sweep, tmp_path / "r", progress=False, jobs=0)
+
+
+SUITE_FILES = sorted(
+    path
+    for path in (Path(__file__).parents[2] / "configs").glob("*.toml")
+    if "[sweep]" in path.read_text(encoding="utf-8")
+)
+
+
+def test_the_committed_suites_are_found():
+    assert {p.stem for p in SUITE_FILES} >= {"recall", "text", "screening"}
+
+
+@pytest.mark.parametrize("path", SUITE_FILES, ids=lambda p: p.name)
+def test_every_committed_suite_file_builds_its_grid(path):
+    """A suite file with a bad regime or key fails here, not at the start of a sweep."""
+    sweep = SweepConfig.from_toml(path)
+    cells = sweep.cells()
+    assert len(cells) == len(sweep.regimes) * len(sweep.seeds)
+    assert len({(c.regime, c.seed) for c in cells}) == len(cells)
