@@ -170,7 +170,8 @@ def test_bench_training_last_line_is_json(capsys, monkeypatch):
     assert [(c.n_layer, c.d_model, c.n_head, c.ff_dim) for c in built] == [(1, 48, 3, 64)]
     assert [r["plan"] for r in shaped["rows"]] == ["full", "fixed-T/4", "aah-v3-grouping-off"]
     for bad in (["--policies", "loss-ablation"], ["--d-model", "50", "--n-head", "3"],
-                ["--n-layer", "0"], ["--d-ff", "-1"]):  # fmt: skip
+                ["--n-layer", "0"], ["--d-ff", "-1"],
+                ["--d-model", "60", "--n-head", "4"]):  # odd head dim: RoPE refuses it  # fmt: skip
         assert main(["bench", "training", "--seq-lens", "16", *bad]) == 2
     assert "--policies" in capsys.readouterr().err
 

@@ -287,15 +287,9 @@ def main(argv: list[str] | None = None) -> int:
         if not policies or unknown:
             raise ValueError(f"--policies must be a comma list of {', '.join(POLICIES)}, "
                              f"got {args.policies!r}")  # fmt: skip
-        for flag, value in (("--n-layer", args.n_layer), ("--d-model", args.d_model),
-                            ("--n-head", args.n_head)):  # fmt: skip
-            if value < 1:
-                raise ValueError(f"{flag} must be >= 1, got {value}")
-        if args.d_model % args.n_head:
-            raise ValueError(f"--d-model ({args.d_model}) must be divisible by --n-head "
-                             f"({args.n_head})")  # fmt: skip
-        if args.d_ff < 0:
-            raise ValueError(f"--d-ff must be >= 0 (0 = 4 x d-model), got {args.d_ff}")
+        model = {"n_layer": args.n_layer, "d_model": args.d_model, "n_head": args.n_head,
+                 "d_ff": args.d_ff}  # fmt: skip
+        GPTConfig(**model, n_kv_head=args.n_head).validate()  # the model's own rules
         if args.steps < 1 or args.warmup < 0:
             raise ValueError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps}, "
                              f"{args.warmup}")  # fmt: skip
@@ -304,8 +298,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = {"n_layer": args.n_layer, "d_model": args.d_model, "n_head": args.n_head,
-             "d_ff": args.d_ff}  # fmt: skip
     print(table_head(model, args.batch_size, torch.get_num_threads(), args.backend,
                      args.steps, args.warmup), flush=True)  # fmt: skip
     result = bench_training(
