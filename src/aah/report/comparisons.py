@@ -34,7 +34,8 @@ MATCHED_WHY: dict[tuple[str, str], str] = {
     ("aah-v3-grouping-off", "random"): "random windows from the same candidates, same warm-up",
     ("aah-v3-full-adaptive", "fixed-random-grouping"): "random halves instead of the learned "
     "grouping",
-    ("aah-v3-full-adaptive", "shuffle"): "the hierarchy's windows shuffled across heads",
+    ("aah-v3-full-adaptive", "shuffle"): "the same windows per layer on other heads (one "
+    "permutation per layer, drawn once)",
 }
 MATCHED: tuple[tuple[str, str], ...] = tuple(MATCHED_WHY)
 

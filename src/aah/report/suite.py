@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from aah import records
-from aah.report import comparisons, glossary, provenance, stats, suite_plots
+from aah.report import assignment, comparisons, glossary, provenance, stats, suite_plots
 from aah.report.accuracy import accuracy_section
 from aah.report.baselines import baseline_lines, suite_baselines
 from aah.report.context_gate import context_use_section
@@ -167,6 +167,7 @@ def _matched_section(suite: Suite) -> list[str]:
         "",
         *table(MATCHED_HEADER.split(" | "), rows),
         "",
+        *assignment.spread_lines(suite),
     ]
 
 
