@@ -3,9 +3,9 @@
 The twins that move a regime's windows to other heads of the same layer (`budget-shuffled`,
 `loss-ablation-shuffled`, `static-ablation-shuffled`, `shuffle`) keep each layer's multiset
 of windows. A layer whose heads all hold one window is the same plan under any permutation,
-so such a pair can differ only in the layers and steps where the regime's windows differ
-between heads. This module measures that share from the regime's own plans.jsonl; a low
-share means the pair cannot show which head gets which window, whatever its seeds say.
+so the shuffle acts only in the layers and steps where the regime's windows differ between
+heads. This module measures that share from the regime's own plans.jsonl; a low share means
+the pair says little about which head gets which window, whatever its seeds say.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def spread_lines(suite: Suite) -> list[str]:
         "A twin that moves a regime's windows to other heads of the same layer changes a plan "
         "only where that layer's heads hold different windows. Share of layer-steps after the "
         "warm-up in which they did (mean over seeds, range): " + "; ".join(parts) + ". The "
-        "rest of the time the two regimes train under the same plan, so a low share limits "
-        "what the pair can show about which head gets which window.",
+        "rest of the time the permutation leaves the regime's plan as it is, so a low share "
+        "limits what the pair can show about which head gets which window.",
         "",
     ]
