@@ -51,7 +51,7 @@ def spread_share(run: CellRun, seq_len: int) -> float | None:
 def spread_lines(suite: Suite) -> list[str]:
     """One sentence on each shuffled twin pair of the suite: the regime's share of layer-steps
     a permutation can change (mean over seeds, and the range)."""
-    seq_len = int(suite.config.get("model", {}).get("max_seq_len") or suite.rows[0]["seq_len"])
+    seq_len = suite.seq_len
     parts = []
     for regime, twin in SHUFFLED_TWINS.items():
         if regime not in suite.regimes or twin not in suite.regimes:

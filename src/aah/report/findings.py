@@ -201,7 +201,7 @@ def identical_regimes(suite: Suite) -> list[list[str]]:
 
 def caveats(suite: Suite) -> list[str]:
     train = suite.config.get("train", {})
-    seq_len = int(suite.config.get("model", {}).get("max_seq_len") or suite.rows[0]["seq_len"])
+    seq_len = suite.seq_len
     counts = sorted({len(suite.values(r, "val_bpb")) for r in suite.regimes})
     seeds = ", ".join(map(str, suite.seeds))
     n = seeds_text(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]} seeds"

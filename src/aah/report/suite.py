@@ -52,7 +52,7 @@ def _setup(suite: Suite) -> list[str]:
     model = suite.config.get("model", {})
     train = suite.config.get("train", {})
     data = suite.config.get("data", {})
-    seq_len = model.get("max_seq_len") or suite.rows[0]["seq_len"]
+    seq_len = suite.seq_len
     steps = sorted({int(r["steps"]) for r in suite.rows})
     tokens = sorted({int(r["tokens"]) for r in suite.rows})
     parts = [f"T = {seq_len}"]
@@ -228,7 +228,7 @@ def _figures(suite: Suite, eq: EqualTime | str, out_dir: Path) -> list[tuple[str
     if isinstance(eq, EqualTime):
         p = suite_plots.equal_time(eq.curves, eq.t_star, path("equal_time"), suite.name)
         figures.append((p.name, "val_bpb against training seconds (mean over seeds), t* marked"))
-    seq_len = int(suite.config.get("model", {}).get("max_seq_len") or suite.rows[0]["seq_len"])
+    seq_len = suite.seq_len
     for regime in suite.regimes:
         cells = [c for c in suite.runs(regime) if c.plans]
         if regime == BASELINE or not cells or not _windows_vary(cells[0].plans, seq_len):

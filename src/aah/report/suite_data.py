@@ -60,6 +60,11 @@ class Suite:
     def has_baseline(self) -> bool:
         return BASELINE in self.regimes
 
+    @property
+    def seq_len(self) -> int:
+        """T of the suite's cells: the config's max_seq_len, else the first row's seq_len."""
+        return int(self.config.get("model", {}).get("max_seq_len") or self.rows[0]["seq_len"])
+
     def runs(self, regime: str) -> list[CellRun]:
         return sorted((c for c in self.cells if c.regime == regime), key=lambda c: c.seed)
 
