@@ -37,11 +37,8 @@ def spread_share(run: CellRun, seq_len: int) -> float | None:
     plans = _after_warmup(run.plans, seq_len)
     if not plans:
         return None
-    last_step = max((int(m["step"]) for m in run.metrics if "step" in m), default=0)
-    ends = [int(p["step"]) for p in plans[1:]] + [max(last_step, int(plans[-1]["step"]) + 1)]
     spread = total = 0
-    for plan, end in zip(plans, ends, strict=True):
-        span = end - int(plan["step"])
+    for plan, span in run.plan_spans(plans):
         for row in plan["windows"]:
             total += span
             spread += span if len(set(row)) > 1 else 0

@@ -18,6 +18,7 @@ from aah.report.accuracy import accuracy_section
 from aah.report.baselines import baseline_lines, suite_baselines
 from aah.report.context_gate import context_use_section
 from aah.report.findings import caveats, findings
+from aah.report.layer_coverage import layer_coverage_section
 from aah.report.markdown import ci_text, count, fmt, p_text, pm, seeds_text, table, threads_text
 from aah.report.suite_data import (
     BASELINE,
@@ -255,6 +256,7 @@ def _suite_section(suite: Suite, out_dir: Path) -> list[str]:
     lines += [*_setup(suite), ""]
     ratios = stats.speed_ratios(suite.rows) if suite.has_baseline else {}
     lines += ["### Quality and cost", "", *_quality_table(suite, ratios), ""]
+    lines += layer_coverage_section(suite)
     if suite.config:
         lines += baseline_lines(suite_baselines(suite.config))
     if suite.has_baseline:

@@ -34,6 +34,16 @@ class CellRun:
     def name(self) -> str:
         return cell_name(self.regime, self.seed)
 
+    def plan_spans(self, plans: list[Record] | None = None) -> list[tuple[Record, int]]:
+        """Each plan (default: all of the run's) with the number of steps it was in force: until
+        the next plan, the last one until the run's last logged step (at least one step)."""
+        plans = self.plans if plans is None else plans
+        if not plans:
+            return []
+        last_step = max((int(m["step"]) for m in self.metrics if "step" in m), default=0)
+        ends = [int(p["step"]) for p in plans[1:]] + [max(last_step, int(plans[-1]["step"]) + 1)]
+        return [(plan, end - int(plan["step"])) for plan, end in zip(plans, ends, strict=True)]
+
 
 @dataclass
 class Suite:
