@@ -57,8 +57,9 @@ def run(pol, steps, seed0=0):
 
 
 @pytest.mark.parametrize("name", [p for p in POLICIES if p != "static"])
-def test_every_policy_runs_and_records(name):
-    pol = policy(name, warmup_steps=2, interval=2, random_resample=True)
+def test_every_policy_runs_and_records(name, replay_source):
+    source = {"replay_from": replay_source(L, H, T)} if name.startswith("replay") else {}
+    pol = policy(name, warmup_steps=2, interval=2, random_resample=True, **source)
     assert pol.name == name
     assert pol.current_plan() == pol.initial_plan()
     run(pol, range(7))

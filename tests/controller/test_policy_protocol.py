@@ -18,8 +18,10 @@ from aah.controller import (
 
 
 @pytest.mark.parametrize("name", [p for p in POLICIES if p != "static"])
-def test_every_policy_is_a_policy(name):
-    pol = make_policy(ControllerConfig(policy=name), n_layer=2, n_head=4, n_kv_head=2, seq_len=64)
+def test_every_policy_is_a_policy(name, replay_source):
+    source = replay_source(2, 4, 64) if name.startswith("replay") else None
+    cfg = ControllerConfig(policy=name, replay_from=source)
+    pol = make_policy(cfg, n_layer=2, n_head=4, n_kv_head=2, seq_len=64)
     assert isinstance(pol, Policy)
     assert pol.name == name and pol.record(0)["policy"] == name
 

@@ -57,3 +57,17 @@ def test_report_lines_name_only_pairs_present_with_mean_and_range():
     assert "`aah-v3-full-adaptive` 75% (50%–100%; twin `shuffle`)" in text
     assert "`budget`" not in text
     assert spread_lines(Suite("s", rows[4:], cells[2:])) == []  # budget alone: no pair
+
+
+def test_a_regime_with_two_twins_gets_one_line_naming_both():
+    rows = [
+        {"regime": r, "seed": 0, "val_bpb": 1.0, "seq_len": T}
+        for r in ("aah-v3-full-adaptive", "shuffle", "aah-v3-full-adaptive-replay-shuffled")
+    ]
+    cells = [_run("aah-v3-full-adaptive", 0, [_plan(0, [[16, 32]])])]
+    text = " ".join(spread_lines(Suite("s", rows, cells)))
+    assert (
+        "`aah-v3-full-adaptive` 100% (one seed; twins `shuffle`, "
+        "`aah-v3-full-adaptive-replay-shuffled`)" in text
+    )
+    assert text.count("`aah-v3-full-adaptive` ") == 1

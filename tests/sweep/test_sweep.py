@@ -334,3 +334,36 @@ def test_every_committed_suite_file_builds_its_grid(path):
     cells = sweep.cells()
     assert len(cells) == len(sweep.regimes) * len(sweep.seeds)
     assert len({(c.regime, c.seed) for c in cells}) == len(cells)
+
+
+def _replay_suite(tmp_path, corpus, source_dir):
+    variants = (
+        '[sweep.variants."budget-replay-shuffled"]\n"controller.policy" = "replay-shuffled"\n'
+        + (f'"controller.replay_from" = {json.dumps(str(source_dir / "budget-s{seed}"))}\n')
+    )
+    regimes = ("budget-replay-shuffled", "budget")  # the twin first: it must wait all the same
+    path = suite_file(tmp_path, corpus, regimes=regimes, seeds=(0,), steps=4, variants=variants)
+    return SweepConfig.from_toml(path)
+
+
+def test_a_replay_cell_waits_for_its_source_and_matches_its_coverage(tmp_path, tiny_corpus, capsys):
+    out = tmp_path / "out"
+    outcome = run_sweep(_replay_suite(tmp_path, tiny_corpus, out / "tiny"), out, jobs=2,
+                        progress=False)  # fmt: skip
+    log = capsys.readouterr().out.splitlines()
+    assert outcome.finished == 2
+    started = [line for line in log if line.endswith("started")]
+    assert started == ["tiny: budget-s0 started", "tiny: budget-replay-shuffled-s0 started"]
+    assert log.index("tiny: budget-replay-shuffled-s0 started") > next(
+        i for i, line in enumerate(log) if line.startswith("tiny: budget-s0 finished")
+    )
+    rows = {r["regime"]: r for r in read_csv(out / "tiny.csv")}
+    assert rows["budget-replay-shuffled"]["causal_coverage"] == rows["budget"]["causal_coverage"]
+
+
+def test_a_replay_of_a_run_that_will_never_finish_fails_before_anything_runs(tmp_path, tiny_corpus):
+    out = tmp_path / "out"
+    sweep = _replay_suite(tmp_path, tiny_corpus, tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match=r"replays .*elsewhere/budget-s0.*has not finished"):
+        run_sweep(sweep, out, progress=False)
+    assert not (out / "tiny").exists() or not any((out / "tiny").iterdir())

@@ -10,6 +10,8 @@ from aah.controller import POLICIES
 from aah.train.checkpoint import load_checkpoint
 from aah.train.loop import train
 
+FROM_FILE = ("static", "replay", "replay-shuffled")
+
 
 def test_loss_falls_and_run_dir_contract(tmp_path, tiny_corpus):
     run = tmp_path / "run"
@@ -68,7 +70,8 @@ def test_resume_is_bit_for_bit(tmp_path, tiny_corpus):
     assert len({json.dumps(w) for w in windows}) > 2  # the plan really changed along the way
 
 
-@pytest.mark.parametrize("policy", [p for p in POLICIES if p != "static"])
+# static and the replays read a file: their own tests (test_static_policy_..., test_replay.py)
+@pytest.mark.parametrize("policy", [p for p in POLICIES if p not in FROM_FILE])
 def test_every_policy_drives_the_model(tmp_path, tiny_corpus, policy):
     config = tiny_config(
         tiny_corpus,

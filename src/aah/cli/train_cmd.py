@@ -125,9 +125,11 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 def warmup_warning(config) -> str | None:  # config: RunConfig
     """Why a windowed run would never leave full attention, or None."""
     ctrl, steps = config.controller, config.train.max_steps
-    # fixed, static and random may start windowed; the controllers always warm up first.
+    # fixed, static and random may start windowed; the controllers always warm up first;
+    # a replay follows its source's schedule, whatever warmup_steps says.
     from_start = ctrl.windowed_from_start and ctrl.policy in ("fixed", "static", "random")
-    if ctrl.policy == "full" or from_start or ctrl.warmup_steps < steps:
+    replays = ctrl.policy in ("replay", "replay-shuffled")
+    if ctrl.policy == "full" or from_start or replays or ctrl.warmup_steps < steps:
         return None
     return (
         f"controller.warmup_steps ({ctrl.warmup_steps}) >= train.max_steps ({steps}): policy "

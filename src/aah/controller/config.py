@@ -23,6 +23,8 @@ PolicyName = Literal[
     "budget-shuffled",
     "loss-ablation",
     "loss-ablation-shuffled",
+    "replay",
+    "replay-shuffled",
 ]
 POLICIES: tuple[str, ...] = get_args(PolicyName)
 #: how a head's context use is measured (aah.controller.head_stats).
@@ -36,6 +38,7 @@ class ControllerConfig:
 
     `windows=None` resolves to [T//8, T//4, T//2, T] for sequence length T; `fixed_window=None`
     to T//4. `static_plan` names a plan JSON ({"windows": [[...]]} or a bare [[...]]).
+    `replay_from` names a finished run whose plans.jsonl `replay` and `replay-shuffled` follow.
     `warmup_steps` of full attention apply to every windowed policy (fixed, random and static
     too, so controls match); `windowed_from_start` puts those three in force from step 0.
     `grouping_seed` (None: `seed`) draws fixed-random-grouping's halves. `feature_rows` = 0
@@ -56,6 +59,7 @@ class ControllerConfig:
     budget: float = 0.3
     fixed_window: int | None = None
     static_plan: str | None = None
+    replay_from: str | None = None
     random_resample: bool = False
     group_threshold: float = 0.72
     upper_threshold: float = 0.76
@@ -134,6 +138,13 @@ class ControllerConfig:
             )
         if self.static_plan is not None and not isinstance(self.static_plan, str):
             raise ValueError(f"controller.static_plan must be a path, got {self.static_plan!r}")
+        if self.policy in ("replay", "replay-shuffled") and not self.replay_from:
+            raise ValueError(
+                f"controller.replay_from must name a finished run directory for policy "
+                f"{self.policy!r}, got {self.replay_from!r}"
+            )
+        if self.replay_from is not None and not isinstance(self.replay_from, str):
+            raise ValueError(f"controller.replay_from must be a path, got {self.replay_from!r}")
         if seq_len is not None:
             check_int("seq_len", seq_len, 1)
 

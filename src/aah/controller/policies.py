@@ -3,7 +3,9 @@
 full / fixed / static: one plan for the whole run (after the warm-up). random: seeded uniform
 draws from the candidate windows. The adaptive (AAH) family lives in adaptive.py, the
 budgeted allocation and its matched-coverage control (budget-shuffled) in budget.py, the
-allocation by measured loss (loss-ablation, loss-ablation-shuffled) in ablation.py.
+allocation by measured loss (loss-ablation, loss-ablation-shuffled) in ablation.py, a finished
+run's plans replayed as they were or permuted within each layer (replay, replay-shuffled) in
+replay.py.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from aah.controller.budget import BudgetPolicy, ShuffledBudgetPolicy
 from aah.controller.config import ControllerConfig
 from aah.controller.plan import Plan, check_plan, load_plan
 from aah.controller.protocol import QKV, Policy
+from aah.controller.replay import ReplayPolicy
 
 # Keeps the random-window stream apart from other seeded draws of the same seed.
 RANDOM_STREAM = 1_000_003
@@ -127,6 +130,8 @@ def make_policy(
         return AblationPolicy(cfg, **dims)
     if cfg.policy == "loss-ablation-shuffled":
         return ShuffledAblationPolicy(cfg, **dims)
+    if cfg.policy in ("replay", "replay-shuffled"):
+        return ReplayPolicy(cfg, **dims)
     if cfg.policy in ADAPTIVE_POLICIES:
         return AdaptivePolicy(cfg, **dims)
     raise ValueError(f"controller.policy: unknown policy {cfg.policy!r}")

@@ -1,25 +1,28 @@
 """How much a within-layer shuffle can change: the room a shuffled twin has to differ.
 
 The twins that move a regime's windows to other heads of the same layer (`budget-shuffled`,
-`loss-ablation-shuffled`, `static-ablation-shuffled`, `shuffle`) keep each layer's multiset
-of windows. A layer whose heads all hold one window is the same plan under any permutation,
-so the shuffle acts only in the layers and steps where the regime's windows differ between
-heads. This module measures that share from the regime's own plans.jsonl; a low share means
-the pair says little about which head gets which window, whatever its seeds say.
+`loss-ablation-shuffled`, `static-ablation-shuffled`, `shuffle`, `<regime>-replay-shuffled`)
+keep each layer's multiset of windows. A layer whose heads all hold one window is the same
+plan under any permutation, so the shuffle acts only in the layers and steps where the
+regime's windows differ between heads. This module measures that share from the regime's
+own plans.jsonl; a low share means the pair says little about which head gets which window,
+whatever its seeds say.
 """
 
 from __future__ import annotations
 
 from aah.report import stats
+from aah.report.comparisons import REPLAY_SUFFIX, REPLAYED
 from aah.report.suite_data import CellRun, Record, Suite
 
-#: regime -> its twin that permutes each layer's windows across the layer's heads.
-SHUFFLED_TWINS: dict[str, str] = {
-    "budget": "budget-shuffled",
-    "static-ablation": "static-ablation-shuffled",
-    "loss-ablation": "loss-ablation-shuffled",
-    "aah-v3-full-adaptive": "shuffle",
-}
+#: (regime, twin): twins that permute each layer's windows across the layer's heads.
+SHUFFLED_TWINS: tuple[tuple[str, str], ...] = (
+    ("budget", "budget-shuffled"),
+    ("static-ablation", "static-ablation-shuffled"),
+    ("loss-ablation", "loss-ablation-shuffled"),
+    ("aah-v3-full-adaptive", "shuffle"),
+    *((r, r + REPLAY_SUFFIX) for r in REPLAYED),
+)
 
 
 def _after_warmup(plans: list[Record], seq_len: int) -> list[Record]:
@@ -49,14 +52,18 @@ def spread_lines(suite: Suite) -> list[str]:
     """One sentence on each shuffled twin pair of the suite: the regime's share of layer-steps
     a permutation can change (mean over seeds, and the range)."""
     seq_len = suite.seq_len
+    twins: dict[str, list[str]] = {}
+    for regime, twin in SHUFFLED_TWINS:
+        if regime in suite.regimes and twin in suite.regimes:
+            twins.setdefault(regime, []).append(twin)
     parts = []
-    for regime, twin in SHUFFLED_TWINS.items():
-        if regime not in suite.regimes or twin not in suite.regimes:
-            continue
+    for regime, names in twins.items():
         shares = [s for run in suite.runs(regime) if (s := spread_share(run, seq_len)) is not None]
         if shares:
             spread = f"{min(shares):.0%}–{max(shares):.0%}" if len(shares) > 1 else "one seed"
-            parts.append(f"`{regime}` {stats.mean(shares):.0%} ({spread}; twin `{twin}`)")
+            label = "twin" if len(names) == 1 else "twins"
+            listed = ", ".join(f"`{n}`" for n in names)
+            parts.append(f"`{regime}` {stats.mean(shares):.0%} ({spread}; {label} {listed})")
     if not parts:
         return []
     return [

@@ -37,6 +37,21 @@ MATCHED_WHY: dict[tuple[str, str], str] = {
     ("aah-v3-full-adaptive", "shuffle"): "the same windows per layer on other heads (one "
     "permutation per layer, drawn once)",
 }
+#: the regimes whose replay twin a suite may run, as the variant `<regime>-replay-shuffled`
+#: (policy replay-shuffled on that regime's cell of the same seed).
+REPLAYED = (
+    "budget", "loss-ablation", "aah-v3-full-adaptive", "aah-v3-shallow-freeze",
+    "aah-v3-deep-reuse", "aah-v3-grouping-off",
+)  # fmt: skip
+REPLAY_SUFFIX = "-replay-shuffled"
+MATCHED_WHY.update(
+    {
+        (r, r + REPLAY_SUFFIX): "its own logged windows at every step moved to other heads "
+        "of each layer (one permutation per layer, drawn once): the same coverage per layer "
+        "at every step"
+        for r in REPLAYED
+    }
+)
 MATCHED: tuple[tuple[str, str], ...] = tuple(MATCHED_WHY)
 
 

@@ -5,7 +5,9 @@ Layout under OUT (default `results/`): `OUT/<suite>.csv` and one run directory p
 summary.json exists. A cell cut short resumes from its last checkpoint (bit-for-bit, so the
 result is the same as an uninterrupted run); one without a checkpoint starts again. Each
 cell runs in its own process (aah.sweep.cell_process), so peak RSS and thread settings are
-per cell, and up to `jobs` cells run at once.
+per cell, and up to `jobs` cells run at once. A cell that replays another cell's plans
+(`controller.replay_from`, policies replay and replay-shuffled) starts only once that cell
+has finished; the others go on meanwhile.
 """
 
 from __future__ import annotations
@@ -81,6 +83,40 @@ def check_unchanged(cell: Cell, run_dir: Path) -> None:
         )
 
 
+def replay_source(cell: Cell) -> Path | None:
+    """The run directory whose plans the cell replays (resolved), or None."""
+    ctrl = cell.config.controller
+    if ctrl.policy in ("replay", "replay-shuffled") and ctrl.replay_from:
+        return Path(ctrl.replay_from).resolve()
+    return None
+
+
+def check_sources(todo: list[Cell], out: Path, sweep: SweepConfig) -> None:
+    """ValueError for a cell that replays a run that has not finished and is not a cell this
+    sweep will run first (it could never start)."""
+    pending = {cell_dir(out, sweep, c).resolve(): c for c in todo}
+    for cell in todo:
+        src = replay_source(cell)
+        if src is None or is_finished(src):
+            continue
+        if src not in pending or src == cell_dir(out, sweep, cell).resolve():
+            raise ValueError(
+                f"cell {cell.name} replays {str(src)!r}, which has not finished and is not "
+                "another cell of this sweep: train that run first (or fix "
+                "controller.replay_from)"
+            )
+
+
+def _next_ready(todo: list[Cell], running: list[CellProcess]) -> Cell | None:
+    """The first cell in grid order whose replay source (if any) has finished and exited."""
+    busy = {proc.run_dir.resolve() for proc in running}
+    for cell in todo:
+        src = replay_source(cell)
+        if src is None or (is_finished(src) and src not in busy):
+            return cell
+    return None
+
+
 def run_sweep(
     sweep: SweepConfig,
     out: Path,
@@ -102,6 +138,7 @@ def run_sweep(
         check_unchanged(cell, cell_dir(out, sweep, cell))
     csv_path = out / f"{sweep.name}.csv"
     todo = [c for c in cells if not is_finished(cell_dir(out, sweep, c))]
+    check_sources(todo, out, sweep)
     done = len(cells) - len(todo)
     write_csv(csv_path, collect_rows(out, sweep))
     grid = tqdm(
@@ -116,7 +153,10 @@ def run_sweep(
         with _sigterm_as_interrupt():
             while (todo or running) and not (interrupted or failed):
                 while todo and len(running) < jobs:
-                    cell = todo.pop(0)
+                    cell = _next_ready(todo, running)
+                    if cell is None:  # every cell left waits for a running source
+                        break
+                    todo.remove(cell)
                     slot = min(set(range(jobs)) - {p.slot for p in running})
                     run_dir = cell_dir(out, sweep, cell)
                     running.append(CellProcess(cell, run_dir, progress=progress, slot=slot))
