@@ -107,11 +107,11 @@ def test_shuffled_replay_resumes_bit_for_bit(tmp_path, tiny_corpus, source):
     assert_resume_is_bit_for_bit(tmp_path, tiny_corpus, extra, total=20, first=10)
 
 
-def _write(run, lines, finished=True):
+def _write(run, lines, finished=True, summary="{}"):
     run.mkdir()
     (run / "plans.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     if finished:
-        (run / "summary.json").write_text("{}")
+        (run / "summary.json").write_text(summary)
     return str(run)
 
 
@@ -143,6 +143,12 @@ def test_a_bad_source_is_refused_by_name(tmp_path, lines, finished, match):
     with pytest.raises(ValueError, match=match) as err:
         make_policy(ControllerConfig(policy="replay", replay_from=path), **DIMS)
     assert path in str(err.value)
+
+
+def test_a_source_trained_at_another_length_is_refused(tmp_path):
+    path = _write(tmp_path / "src", [{"step": 0, "windows": FULL}], summary='{"seq_len": 64}')
+    with pytest.raises(ValueError, match="was trained at T = 64, this run has T = 32"):
+        make_policy(ControllerConfig(policy="replay", replay_from=path), **DIMS)
 
 
 def test_replay_without_a_source_is_a_config_error():

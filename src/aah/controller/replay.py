@@ -42,6 +42,9 @@ def load_schedule(run_dir: str, n_layer: int, n_head: int, seq_len: int) -> list
             f"{where} is not a finished run (no {records.SUMMARY}): a replay needs the whole "
             "plan sequence, so train the source run first"
         )
+    source_t = records.read_json(path / records.SUMMARY).get("seq_len")
+    if source_t is not None and source_t != seq_len:
+        raise ValueError(f"{where} was trained at T = {source_t}, this run has T = {seq_len}")
     schedule: list[tuple[int, Plan]] = []
     for i, record in enumerate(records.read_jsonl(path / records.PLANS)):
         step = record.get("step")
