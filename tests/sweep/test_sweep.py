@@ -367,3 +367,15 @@ def test_a_replay_of_a_run_that_will_never_finish_fails_before_anything_runs(tmp
     with pytest.raises(ValueError, match=r"replays .*elsewhere/budget-s0.*has not finished"):
         run_sweep(sweep, out, progress=False)
     assert not (out / "tiny").exists() or not any((out / "tiny").iterdir())
+
+
+def test_cells_that_replay_each_other_fail_instead_of_waiting_forever(tmp_path, tiny_corpus):
+    out = tmp_path / "out"
+    variants = "".join(
+        f'[sweep.variants."{a}"]\n"controller.policy" = "replay"\n'
+        f'"controller.replay_from" = {json.dumps(str(out / "tiny" / (b + "-s{seed}")))}\n'
+        for a, b in (("a", "b"), ("b", "a"))
+    )
+    path = suite_file(tmp_path, tiny_corpus, regimes=("a", "b"), variants=variants)
+    with pytest.raises(ValueError, match="cells a-s0, b-s0 replay each other"):
+        run_sweep(SweepConfig.from_toml(path), out, progress=False)

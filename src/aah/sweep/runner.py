@@ -94,7 +94,7 @@ def replay_source(cell: Cell) -> Path | None:
 def check_sources(todo: list[Cell], out: Path, sweep: SweepConfig) -> None:
     """ValueError for a cell that replays a run that has not finished and is not a cell this
     sweep will run first (it could never start)."""
-    pending = {cell_dir(out, sweep, c).resolve(): c for c in todo}
+    pending = {cell_dir(out, sweep, c).resolve() for c in todo}
     for cell in todo:
         src = replay_source(cell)
         if src is None or is_finished(src):
@@ -154,6 +154,9 @@ def run_sweep(
             while (todo or running) and not (interrupted or failed):
                 while todo and len(running) < jobs:
                     cell = _next_ready(todo, running)
+                    if cell is None and not running:  # they wait on each other
+                        names = ", ".join(c.name for c in todo)
+                        raise ValueError(f"cells {names} replay each other: none can start")
                     if cell is None:  # every cell left waits for a running source
                         break
                     todo.remove(cell)
