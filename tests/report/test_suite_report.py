@@ -319,6 +319,13 @@ def test_regimes_with_the_same_plans_on_every_seed_are_named(tmp_path: Path) -> 
     assert identical_regimes(load_suite(root / "twins.csv")) == []
 
 
+def test_matched_pairs_show_their_coverage_gap(report: str) -> None:
+    line = next(
+        x for x in report.splitlines() if x.startswith("| `aah-v3-shallow-freeze` | `random` |")
+    )
+    assert line.endswith("| +0.100 (not matched) |")  # coverage 0.5 vs 0.4 on every seed
+
+
 def test_report_corrects_for_multiple_comparisons(report: str) -> None:
     assert "The 4 comparisons with full are one family" in report
     assert "Holm p corrects for the 4 comparisons of this table" in report

@@ -30,22 +30,34 @@ def is_task_suite(suite: Suite) -> bool:
     return bool(suite.rows) and all(r.get(METRIC) is not None for r in suite.rows)
 
 
+COVERAGE_GAP_RULE = (
+    "Δ causal coverage: the regime's mean final coverage minus the other's; beyond "
+    f"±{COVERAGE_GAP} the pair is flagged as not matched in coverage, and a difference may "
+    "come from computing more context rather than from allocating it better."
+)
+
+
 def coverage_gap(suite: Suite, regime: str, other: str) -> float:
     """Mean final causal coverage of `regime` minus that of `other`."""
     mine = stats.mean(suite.values(regime, "causal_coverage"))
     return mine - stats.mean(suite.values(other, "causal_coverage"))
 
 
+def coverage_gap_cell(suite: Suite, regime: str, other: str) -> str:
+    """The gap as a table cell, flagged when the pair is not matched in coverage."""
+    gap = coverage_gap(suite, regime, other)
+    return f"{gap:+.3f}" + (" (not matched)" if abs(gap) > COVERAGE_GAP else "")
+
+
 def _rows(suite: Suite, family: list[comparisons.Comparison]) -> list[list[str]]:
     out = []
     for comp in family:
         e = comp.pair.estimate
-        gap = coverage_gap(suite, comp.pair.regime, comp.pair.baseline)
-        flag = " (not matched)" if abs(gap) > COVERAGE_GAP else ""
         out.append([
             f"`{comp.pair.regime}`", f"`{comp.pair.baseline}`", fmt(e.mean, "+.3f"),
             ci_text(e.ci, "+.3f"), p_text(e.p), p_text(comp.holm_p),
-            f"{comp.pair.lower}/{comp.pair.n}", comp.verdict, f"{gap:+.3f}{flag}",
+            f"{comp.pair.lower}/{comp.pair.n}", comp.verdict,
+            coverage_gap_cell(suite, comp.pair.regime, comp.pair.baseline),
         ])  # fmt: skip
     return out
 
@@ -89,11 +101,5 @@ def accuracy_section(suite: Suite, verdict_rule: str) -> list[str]:
             "",
         ]
     if families:
-        lines += [
-            verdict_rule,
-            f"Δ causal coverage: the regime's mean final coverage minus the other's; beyond "
-            f"±{COVERAGE_GAP} the pair is flagged as not matched in coverage, and a difference "
-            "in accuracy may come from computing more context rather than allocating it better.",
-            "",
-        ]
+        lines += [verdict_rule, COVERAGE_GAP_RULE, ""]
     return lines

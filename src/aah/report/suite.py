@@ -14,7 +14,7 @@ from pathlib import Path
 
 from aah import records
 from aah.report import assignment, comparisons, glossary, provenance, stats, suite_plots
-from aah.report.accuracy import accuracy_section
+from aah.report.accuracy import COVERAGE_GAP_RULE, accuracy_section, coverage_gap_cell
 from aah.report.baselines import baseline_lines, suite_baselines
 from aah.report.context_gate import context_use_section
 from aah.report.findings import caveats, findings
@@ -43,7 +43,10 @@ QUALITY_HEADER = (
 PAIRED_HEADER = (
     "regime | Δ val_bpb mean | sd | 95% CI | t | p | Holm p | seeds lower than full | verdict"
 )
-MATCHED_HEADER = "regime | control | Δ val_bpb mean | 95% CI | p | Holm p | seeds lower | verdict"
+MATCHED_HEADER = (
+    "regime | control | Δ val_bpb mean | 95% CI | p | Holm p | seeds lower | verdict | "
+    "Δ causal coverage"
+)
 EQUAL_TIME_HEADER = (
     "regime | n | val_bpb at t* mean ± sd | Δ vs full | 95% CI | p | seeds lower than full"
 )
@@ -153,7 +156,8 @@ def _matched_section(suite: Suite) -> list[str]:
     for comp in family:
         cells = _comparison_cells(comp)  # mean, sd, CI, t, p, Holm p, seeds lower, verdict
         names = [f"`{comp.pair.regime}`", f"`{comp.pair.baseline}`"]
-        rows.append(names + [cells[i] for i in (0, 2, 4, 5, 6, 7)])
+        gap = coverage_gap_cell(suite, comp.pair.regime, comp.pair.baseline)
+        rows.append(names + [cells[i] for i in (0, 2, 4, 5, 6, 7)] + [gap])
     return [
         "### Matched controls (per seed)",
         "",
@@ -164,7 +168,7 @@ def _matched_section(suite: Suite) -> list[str]:
             for c in family
         )
         + ". Δ = regime − control on the same seed; Holm p corrects for the "
-        f"{len(family)} comparisons of this table. {VERDICT_RULE}",
+        f"{len(family)} comparisons of this table. {VERDICT_RULE} {COVERAGE_GAP_RULE}",
         "",
         *table(MATCHED_HEADER.split(" | "), rows),
         "",
