@@ -27,7 +27,7 @@ MATCHED_WHY: dict[tuple[str, str], str] = {
     "allocation by attention mass, at the same coverage cap",
     ("loss-ablation", "loss-ablation-shuffled"): "the same windows per layer on random heads",
     ("loss-ablation", "budget"): "allocation by the measured loss of each cut vs by attention "
-    "mass, at the same coverage cap (decisions every 25 steps vs 5 in the recall suite)",
+    "mass, at the same coverage cap (each on the decision interval its suite file sets)",
     ("aah-v3-full-adaptive", "random"): "random windows from the same candidates, same warm-up",
     ("aah-v3-shallow-freeze", "random"): "random windows from the same candidates, same warm-up",
     ("aah-v3-deep-reuse", "random"): "random windows from the same candidates, same warm-up",
