@@ -12,11 +12,11 @@ ALLOWED: dict[str, set[str]] = {
     "attention": {"choices"},
     "model": {"attention", "choices", "validate"},
     "data": {"atomic", "validate"},
-    "controller": {"attention", "textfile", "validate"},
+    "controller": {"attention", "records", "textfile", "validate"},
     "eval": {"model", "data", "attention", "controller"},
     "train": {"model", "data", "controller", "eval", "records", "atomic", "validate"},
     "sweep": {"train", "controller", "records", "textfile", "validate"},
-    "report": {"records", "sweep", "train", "controller", "data"},
+    "report": {"records", "sweep", "train", "controller", "data", "attention"},
     "posthoc": {
         "train",
         "eval",
