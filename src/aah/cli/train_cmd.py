@@ -124,11 +124,13 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 
 def warmup_warning(config) -> str | None:  # config: RunConfig
     """Why a windowed run would never leave full attention, or None."""
+    from aah.controller.config import REPLAY_POLICIES
+
     ctrl, steps = config.controller, config.train.max_steps
     # fixed, static and random may start windowed; the controllers always warm up first;
     # a replay follows its source's schedule, whatever warmup_steps says.
     from_start = ctrl.windowed_from_start and ctrl.policy in ("fixed", "static", "random")
-    replays = ctrl.policy in ("replay", "replay-shuffled")
+    replays = ctrl.policy in REPLAY_POLICIES
     if ctrl.policy == "full" or from_start or replays or ctrl.warmup_steps < steps:
         return None
     return (

@@ -27,6 +27,8 @@ PolicyName = Literal[
     "replay-shuffled",
 ]
 POLICIES: tuple[str, ...] = get_args(PolicyName)
+#: the policies that follow a finished run's plans (`replay_from`).
+REPLAY_POLICIES = ("replay", "replay-shuffled")
 #: how a head's context use is measured (aah.controller.head_stats).
 Usage = Literal["last-key", "look-back"]
 USAGES: tuple[str, ...] = get_args(Usage)
@@ -138,7 +140,7 @@ class ControllerConfig:
             )
         if self.static_plan is not None and not isinstance(self.static_plan, str):
             raise ValueError(f"controller.static_plan must be a path, got {self.static_plan!r}")
-        if self.policy in ("replay", "replay-shuffled") and not self.replay_from:
+        if self.policy in REPLAY_POLICIES and not self.replay_from:
             raise ValueError(
                 f"controller.replay_from must name a finished run directory for policy "
                 f"{self.policy!r}, got {self.replay_from!r}"

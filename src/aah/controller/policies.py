@@ -18,7 +18,7 @@ from aah.controller.ablation import AblationPolicy, ShuffledAblationPolicy
 from aah.controller.adaptive import ADAPTIVE_POLICIES, AdaptivePolicy
 from aah.controller.base import BasePolicy
 from aah.controller.budget import BudgetPolicy, ShuffledBudgetPolicy
-from aah.controller.config import ControllerConfig
+from aah.controller.config import REPLAY_POLICIES, ControllerConfig
 from aah.controller.plan import Plan, check_plan, load_plan
 from aah.controller.protocol import QKV, Policy
 from aah.controller.replay import ReplayPolicy
@@ -130,7 +130,7 @@ def make_policy(
         return AblationPolicy(cfg, **dims)
     if cfg.policy == "loss-ablation-shuffled":
         return ShuffledAblationPolicy(cfg, **dims)
-    if cfg.policy in ("replay", "replay-shuffled"):
+    if cfg.policy in REPLAY_POLICIES:
         return ReplayPolicy(cfg, **dims)
     if cfg.policy in ADAPTIVE_POLICIES:
         return AdaptivePolicy(cfg, **dims)

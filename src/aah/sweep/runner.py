@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aah import records
+from aah.controller.config import REPLAY_POLICIES
 from aah.sweep.cell_process import CELL, LOG, CellProcess
 from aah.sweep.config import Cell, SweepConfig
 from aah.sweep.git_commit import commit_paths
@@ -86,7 +87,7 @@ def check_unchanged(cell: Cell, run_dir: Path) -> None:
 def replay_source(cell: Cell) -> Path | None:
     """The run directory whose plans the cell replays (resolved), or None."""
     ctrl = cell.config.controller
-    if ctrl.policy in ("replay", "replay-shuffled") and ctrl.replay_from:
+    if ctrl.policy in REPLAY_POLICIES and ctrl.replay_from:
         return Path(ctrl.replay_from).resolve()
     return None
 
