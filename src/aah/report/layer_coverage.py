@@ -30,9 +30,8 @@ def layer_coverage(run: CellRun, seq_len: int) -> list[float] | None:
                 f"{run.name}: plan at step {plan['step']} has {len(windows)} layers, "
                 f"the first plan {n_layers}"
             )
-        sinks = plan.get("sinks") or [0] * n_layers
-        for layer, row in enumerate(windows):
-            sums[layer] += span * coverage(row, seq_len, sinks[layer]).causal
+        for layer, row in enumerate(windows):  # training plans carry no sinks
+            sums[layer] += span * coverage(row, seq_len).causal
     return [s / total for s in sums]
 
 
