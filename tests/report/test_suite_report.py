@@ -326,6 +326,23 @@ def test_matched_pairs_show_their_coverage_gap(report: str) -> None:
     assert line.endswith("| +0.100 (not matched) |")  # coverage 0.5 vs 0.4 on every seed
 
 
+def test_coverage_gap_is_taken_on_the_seeds_both_regimes_finished() -> None:
+    from aah.report.accuracy import coverage_gap
+    from aah.report.suite_data import Suite
+
+    rows = [
+        {"regime": "twin", "seed": 0, "causal_coverage": 0.50},
+        {"regime": "twin", "seed": 1, "causal_coverage": 0.30},
+        {"regime": "aah", "seed": 0, "causal_coverage": 0.50},
+        {"regime": "aah", "seed": 1, "causal_coverage": 0.30},
+        {"regime": "aah", "seed": 2, "causal_coverage": 0.90},  # the twin has no seed 2 yet
+    ]
+    suite = Suite("partial", rows)
+    assert coverage_gap(suite, "aah", "twin") == pytest.approx(0.0)  # not 0.567 - 0.400
+    rows[1]["causal_coverage"] = 0.20
+    assert coverage_gap(suite, "aah", "twin") == pytest.approx(0.05)
+
+
 def test_report_corrects_for_multiple_comparisons(report: str) -> None:
     assert "The 4 comparisons with full are one family" in report
     assert "Holm p corrects for the 4 comparisons of this table" in report

@@ -31,16 +31,22 @@ def is_task_suite(suite: Suite) -> bool:
 
 
 COVERAGE_GAP_RULE = (
-    "Δ causal coverage: the regime's mean final coverage minus the other's; beyond "
-    f"±{COVERAGE_GAP} the pair is flagged as not matched in coverage, and a difference may "
-    "come from computing more context rather than from allocating it better."
+    "Δ causal coverage: the regime's final coverage minus the other's, mean over the paired "
+    f"seeds; beyond ±{COVERAGE_GAP} the pair is flagged as not matched in coverage, and a "
+    "difference may come from computing more context rather than from allocating it better."
 )
 
 
 def coverage_gap(suite: Suite, regime: str, other: str) -> float:
-    """Mean final causal coverage of `regime` minus that of `other`."""
-    mine = stats.mean(suite.values(regime, "causal_coverage"))
-    return mine - stats.mean(suite.values(other, "causal_coverage"))
+    """Final causal coverage of `regime` minus that of `other`, averaged over the seeds both
+    finished: the pair's Δ is taken on those seeds, so its coverage gap must be too."""
+    pair = stats.paired_by_seed(
+        regime,
+        stats.by_seed(suite.rows, regime, "causal_coverage"),
+        other,
+        stats.by_seed(suite.rows, other, "causal_coverage"),
+    )
+    return stats.mean(pair.diffs)
 
 
 def coverage_gap_cell(suite: Suite, regime: str, other: str) -> str:
