@@ -343,6 +343,20 @@ def test_coverage_gap_is_taken_on_the_seeds_both_regimes_finished() -> None:
     assert coverage_gap(suite, "aah", "twin") == pytest.approx(0.05)
 
 
+def test_a_replay_twin_is_a_control_not_an_aah_regime_in_the_paper_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    twin = "aah-v3-shallow-freeze-replay-shuffled"
+    monkeypatch.setitem(REGIMES, twin, REGIMES["aah-v3-shallow-freeze"])
+    root = write_suite(
+        tmp_path, "twins", ["full", "fixed", "random", "aah-v3-shallow-freeze", twin]
+    )
+    assert main(["report", str(root)]) == 0
+    claims = [x for x in (root / REPORT).read_text().splitlines() if x[:3] in ("1. ", "2. ", "3. ")]
+    assert len(claims) == 3 and all("`aah-v3-shallow-freeze`" in x for x in claims)
+    assert not any(twin in x for x in claims)
+
+
 def test_report_corrects_for_multiple_comparisons(report: str) -> None:
     assert "The 4 comparisons with full are one family" in report
     assert "Holm p corrects for the 4 comparisons of this table" in report
