@@ -327,7 +327,7 @@ def test_matched_pairs_show_their_coverage_gap(report: str) -> None:
 
 
 def test_coverage_gap_is_taken_on_the_seeds_both_regimes_finished() -> None:
-    from aah.report.accuracy import coverage_gap
+    from aah.report.accuracy import coverage_gap, coverage_gap_cell
     from aah.report.suite_data import Suite
 
     rows = [
@@ -341,6 +341,8 @@ def test_coverage_gap_is_taken_on_the_seeds_both_regimes_finished() -> None:
     assert coverage_gap(suite, "aah", "twin") == pytest.approx(0.0)  # not 0.567 - 0.400
     rows[1]["causal_coverage"] = 0.20
     assert coverage_gap(suite, "aah", "twin") == pytest.approx(0.05)
+    rows[:2] = []  # no seed in common: no gap to show
+    assert coverage_gap_cell(suite, "aah", "twin") == "n/a"
 
 
 def test_a_replay_twin_is_a_control_not_an_aah_regime_in_the_paper_checks(

@@ -52,7 +52,7 @@ def coverage_gap(suite: Suite, regime: str, other: str) -> float:
 def coverage_gap_cell(suite: Suite, regime: str, other: str) -> str:
     """The gap as a table cell, flagged when the pair is not matched in coverage."""
     gap = coverage_gap(suite, regime, other)
-    return f"{gap:+.3f}" + (" (not matched)" if abs(gap) > COVERAGE_GAP else "")
+    return fmt(gap, "+.3f") + (" (not matched)" if abs(gap) > COVERAGE_GAP else "")
 
 
 def _rows(suite: Suite, family: list[comparisons.Comparison]) -> list[list[str]]:
