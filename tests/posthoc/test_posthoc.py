@@ -12,8 +12,9 @@ from aah.attention import coverage
 from aah.cli import main
 from aah.controller import load_plan
 from aah.model import GPT, GPTConfig
-from aah.posthoc.analysis import EvalSet, score
-from aah.posthoc.plans import budgeted_plan, shuffled, uniform_window
+from aah.posthoc.analysis import EvalSet, RunResult, score
+from aah.posthoc.plans import aah_plan, budgeted_plan, shuffled, uniform_window
+from aah.posthoc.report import markdown, twins
 
 T = 64
 WINDOWS = [1, 2, 4, 8, 16, 32, 64]
@@ -64,6 +65,68 @@ def test_shuffles_are_seeded_permutations():
     assert a == b and sorted(flat(a)) == list(range(1, 9))
 
 
+def test_the_aah_v3_twin_permutes_the_decision_within_each_layer():
+    torch.manual_seed(0)
+    cfg = GPTConfig(n_layer=2, n_head=8, n_kv_head=8, d_model=32, max_seq_len=T)
+    model = GPT(cfg).eval()
+    with torch.no_grad():
+        _, qkv = model(torch.randint(0, 256, (2, T)), capture_qkv=True)
+    for policy in ("aah-v3", "aah-v3-grouping-off"):
+        plan = aah_plan(policy, qkv, [8, 16, 32, 64], seed=3)
+        twin = aah_plan(policy + "-shuffled", qkv, [8, 16, 32, 64], seed=3)
+        assert twin == aah_plan(policy + "-shuffled", qkv, [8, 16, 32, 64], seed=3)
+        assert [sorted(r) for r in twin] == [sorted(r) for r in plan]
+        gen = torch.Generator().manual_seed(3)
+        assert twin == [[row[i] for i in torch.randperm(8, generator=gen).tolist()] for row in plan]
+    with pytest.raises(ValueError, match="aah-v3-nope"):
+        aah_plan("aah-v3-nope", qkv, [8, 16, 32, 64], seed=0)
+
+
+def _row(policy, cap, delta, windows, far=None):
+    acc = None if far is None else {"1-15": 1.0, "16-31": far}
+    return {"policy": policy, "cap": cap, "delta_bpb": delta, "windows": windows,
+            "coverage": 0.3, "bpb": 1.0 + delta, "acc": far, "acc_by_distance": acc}  # fmt: skip
+
+
+def test_twins_pair_each_plan_with_its_shuffled_twin_on_the_same_run():
+    mixed, same = [[8, 64], [16, 16]], [[16, 16], [32, 32]]
+    runs = [
+        RunResult("a", {"bpb": 1.0}, [
+            _row("budget", 0.3, 0.10, mixed), _row("budget-shuffled", 0.3, 0.30, mixed),
+            _row("aah-v3", None, 0.02, same), _row("aah-v3-shuffled", None, 0.02, same),
+            _row("uniform", 0.3, 0.5, same),
+        ]),
+        RunResult("b", {"bpb": 1.1}, [
+            _row("budget", 0.3, 0.20, mixed), _row("budget-shuffled", 0.3, 0.10, mixed),
+            _row("aah-v3", None, 0.01, mixed), _row("aah-v3-shuffled", None, 0.04, mixed),
+        ]),
+    ]  # fmt: skip
+    pairs = {(r["policy"], r["cap"]): r for r in twins(runs)}
+    assert set(pairs) == {("budget", 0.3), ("aah-v3", None)}
+    budget = pairs[("budget", 0.3)]
+    assert budget["twin"] == "budget-shuffled" and budget["n"] == 2
+    assert budget["delta_bpb"] == pytest.approx(((0.10 - 0.30) + (0.20 - 0.10)) / 2)
+    assert budget["lower"] == 1 and budget["mixed_layers"] == pytest.approx(0.5)
+    aah = pairs[("aah-v3", None)]
+    assert aah["delta_bpb"] == pytest.approx(-0.015) and aah["lower"] == 1
+    assert aah["mixed_layers"] == pytest.approx(0.25)  # 1 of the 4 layers over both runs
+    assert "| `budget` | `budget-shuffled` | 0.30 | 2 | -0.0500 |" in markdown([], runs)
+
+
+def test_twins_on_a_task_also_pair_far_accuracy():
+    runs = [
+        RunResult(name, {"bpb": 1.0, "acc": 1.0, "acc_by_distance": {"1-15": 1.0, "16-31": 1.0}}, [
+            _row("loss-ablation", 0.3, 0.0, [[4, 64]], far=hit),
+            _row("loss-ablation-shuffled", 0.3, 0.1, [[64, 4]], far=miss),
+        ])
+        for name, hit, miss in (("a", 1.0, 0.25), ("b", 0.5, 0.5))
+    ]  # fmt: skip
+    (pair,) = twins(runs)
+    assert pair["far_bucket"] == "16-31"
+    assert pair["far_acc"]["mean"] == pytest.approx(0.375)
+    assert "Δ accuracy at 16-31" in markdown([], runs)
+
+
 def test_posthoc_command_on_two_tiny_runs(tmp_path, tiny_corpus, capsys):
     sys.path.insert(0, str(Path(__file__).parents[1] / "cli"))
     from cli_helpers import tiny_args
@@ -94,6 +157,12 @@ def test_posthoc_command_on_two_tiny_runs(tmp_path, tiny_corpus, capsys):
     assert load_plan(str(plans / "aah-v3.json")) == next(
         r["windows"] for r in payload["runs"][0]["rows"] if r["policy"] == "aah-v3"
     )
+    aah, twin = (
+        load_plan(str(plans / "aah-v3.json")),
+        load_plan(str(plans / "aah-v3-shuffled.json")),
+    )
+    assert [sorted(r) for r in aah] == [sorted(r) for r in twin]
+    assert "| `aah-v3` | `aah-v3-shuffled` | — | 2 |" in (out / "posthoc.md").read_text()
     # A second command with the same settings reuses the stored runs instead of rescoring.
     capsys.readouterr()
     assert main(argv) == 0

@@ -19,6 +19,9 @@ Every policy gets the same candidate windows and the same coverage cap c, so tha
   aah-v3           the AAH-v3 controller's first decision (full-adaptive; grouping-off as
                    "aah-v3-grouping-off") on the model's own Q/K/V and attention features;
                    it takes no coverage target, so it is one point at its own coverage.
+  aah-v3-shuffled, aah-v3-grouping-off-shuffled
+                   that decision's windows permuted across the heads of each layer (its
+                   matched twin: does AAH-v3 pick the right heads within a layer?)
 
 `mass` is (n_layer, n_head, n_candidates) attention mass beyond each candidate window
 (aah.controller.mass), averaged over calibration batches.
@@ -50,7 +53,9 @@ BUDGETED = (
 )
 #: the policies that need the measured per-head loss ablation
 NEEDS_ABLATION = ("loss-ablation", "loss-ablation-shuffled")
-AAH = ("aah-v3", "aah-v3-grouping-off")
+AAH = ("aah-v3", "aah-v3-grouping-off", "aah-v3-shuffled", "aah-v3-grouping-off-shuffled")
+#: a plan's twin: the same windows per layer on other heads of the layer
+SHUFFLED_SUFFIX = "-shuffled"
 POLICIES = BUDGETED + AAH
 
 
@@ -122,10 +127,14 @@ def budgeted_plan(
 def aah_plan(
     policy: str, qkv: Sequence[tuple[torch.Tensor, ...]], windows: Sequence[int], seed: int
 ) -> Plan:
-    """The AAH-v3 controller's first decision on these Q/K/V (attention under full windows)."""
-    name = {"aah-v3": "aah-v3-full-adaptive", "aah-v3-grouping-off": "aah-v3-grouping-off"}
-    if policy not in name:
+    """The AAH-v3 controller's first decision on these Q/K/V (attention under full windows),
+    or, for a `-shuffled` name, that decision permuted within each layer (seeded)."""
+    if policy not in AAH:
         raise ValueError(f"unknown post-hoc policy {policy!r}; choose one of {', '.join(AAH)}")
+    if policy.endswith(SHUFFLED_SUFFIX):
+        plan = aah_plan(policy.removesuffix(SHUFFLED_SUFFIX), qkv, windows, seed)
+        return shuffled(plan, torch.Generator().manual_seed(seed), across_layers=False)
+    name = {"aah-v3": "aah-v3-full-adaptive", "aah-v3-grouping-off": "aah-v3-grouping-off"}
     q0, k0 = qkv[0][0], qkv[0][1]
     seq_len = q0.shape[2]
     cfg = ControllerConfig(policy=name[policy], windows=list(windows), warmup_steps=0, seed=seed)
