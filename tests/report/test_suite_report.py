@@ -365,6 +365,20 @@ def test_report_corrects_for_multiple_comparisons(report: str) -> None:
     assert "chose the same windows" not in report
 
 
+def test_a_comparison_without_a_p_value_is_not_counted_in_the_holm_family(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(REGIMES, "budget", ({0: 0.20}, {0: 0.8}, 0.3, 4))  # one seed: no p
+    root = write_suite(tmp_path, "partial", ["full", "fixed", "random", "budget"])
+    assert main(["report", str(root)]) == 0
+    report = (root / REPORT).read_text()
+    assert (
+        "Holm p corrects for the 2 comparisons of this table that have a p-value "
+        "(1 with one seed has none)" in report
+    )
+    assert "The 2 comparisons with full that have a p-value (1 with one seed" in report
+
+
 def test_report_states_reference_lines(report: str) -> None:
     found = re.search(
         r"a unigram model scores (\d+\.\d+) bits/byte and a bigram model (\d+\.\d+)", report

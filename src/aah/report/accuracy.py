@@ -100,8 +100,8 @@ def accuracy_section(suite: Suite, verdict_rule: str) -> list[str]:
         families.append(("matched controls", matched))
     for name, family in families:
         lines += [
-            f"Paired on seed, {name} (Δ = regime − the other; Holm over the {len(family)} "
-            "comparisons of this table):",
+            f"Paired on seed, {name} (Δ = regime − the other; Holm over the "
+            f"{comparisons.family_size(family)}):",
             "",
             *table(PAIRED.format(far=far).split(" | "), _rows(suite, family)),
             "",

@@ -11,7 +11,7 @@ comparison is decided only with at least `MIN_SEEDS` seeds and a Holm-adjusted p
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from aah.report import stats
@@ -79,6 +79,18 @@ class Comparison:
         if self.pair.n < MIN_SEEDS or math.isnan(self.holm_p) or self.holm_p >= ALPHA:
             return "undecided"
         return "lower" if self.pair.estimate.mean < 0 else "higher"
+
+
+def family_size(comps: Collection[Comparison], where: str = "of this table") -> str:
+    """'N comparisons of this table', N counting only those with a p-value: a pair with one
+    seed has none, and Holm's correction does not count it."""
+    tested = sum(not math.isnan(c.pair.estimate.p) for c in comps)
+    text = f"{tested} comparisons {where}"
+    if tested < len(comps):
+        untested = len(comps) - tested
+        verb = "has" if untested == 1 else "have"
+        text += f" that have a p-value ({untested} with one seed {verb} none)"
+    return text
 
 
 def family(pairs: Sequence[stats.Paired]) -> list[Comparison]:

@@ -177,10 +177,11 @@ def findings(suite: Suite, ratios: dict[str, dict[int, float]]) -> list[str]:
             "speed differences are timing noise).",
         ]
     if suite.has_baseline and len(suite.regimes) > 2:
+        size = comparisons.family_size(comparisons.against_full(suite).values(), "with full")
         lines += [
             "",
-            f"The {len(suite.regimes) - 1} comparisons with full are one family: their p-values "
-            "are Holm-corrected, and none counts without at least "
+            f"The {size} are one family: their p-values are Holm-corrected, and none counts "
+            "without at least "
             f"{comparisons.MIN_SEEDS} seeds.",
         ]
     lines += ["", "The paper's findings (as the paper reports them), checked on this suite:", ""]

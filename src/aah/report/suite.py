@@ -168,7 +168,7 @@ def _matched_section(suite: Suite) -> list[str]:
             for c in family
         )
         + ". Δ = regime − control on the same seed; Holm p corrects for the "
-        f"{len(family)} comparisons of this table. {VERDICT_RULE} {COVERAGE_GAP_RULE}",
+        f"{comparisons.family_size(family)}. {VERDICT_RULE} {COVERAGE_GAP_RULE}",
         "",
         *table(MATCHED_HEADER.split(" | "), rows),
         "",
@@ -274,8 +274,8 @@ def _suite_section(suite: Suite, out_dir: Path) -> list[str]:
         lines += [*table(PAIRED_HEADER.split(" | "), rows), ""]
         lines += [
             "Δ = regime − full on the same seed; negative is better. 95% CI and p from "
-            f"Student's t over the per-seed differences; Holm p corrects for the {len(family)} "
-            f"comparisons of this table. {VERDICT_RULE}",
+            "Student's t over the per-seed differences; Holm p corrects for the "
+            f"{comparisons.family_size(family.values())}. {VERDICT_RULE}",
             "",
         ]
     else:
