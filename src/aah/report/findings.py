@@ -159,12 +159,12 @@ def _claims(suite: Suite, ratios: dict[str, dict[int, float]]) -> list[str]:
 
 def findings(suite: Suite, ratios: dict[str, dict[int, float]]) -> list[str]:
     lines = ["### What holds at this scale", ""]
+    family = comparisons.against_full(suite) if suite.has_baseline else {}
     if suite.regimes == [BASELINE]:
         lines.append("Only `full` in this suite: nothing to compare it with.")
     elif suite.has_baseline:
         lines.append("Final val_bpb of each regime against full, paired on seed:")
         lines.append("")
-        family = comparisons.against_full(suite)
         lines += [_regime_sentence(family[r], ratios.get(r, {})) for r in suite.regimes[1:]]
     else:
         lines.append("No `full` regime in this suite: no comparison against full.")
@@ -177,7 +177,7 @@ def findings(suite: Suite, ratios: dict[str, dict[int, float]]) -> list[str]:
             "speed differences are timing noise).",
         ]
     if suite.has_baseline and len(suite.regimes) > 2:
-        size = comparisons.family_size(comparisons.against_full(suite).values(), "with full")
+        size = comparisons.family_size(family.values(), "with full")
         lines += [
             "",
             f"The {size} are one family: their p-values are Holm-corrected, and none counts "
