@@ -447,3 +447,21 @@ def test_context_use_section_and_gate(tmp_path: Path) -> None:
         "Gate (met): cutting every head to w = 128 lowers the accuracy at distances 128-255 "
         "by 0.700" in report_text()
     )
+
+
+@pytest.mark.parametrize(
+    ("ratios", "verdict"),
+    [
+        ({"aah-v3-a": [0.9, 0.91, 0.92], "aah-v3-b": [1.1, 1.11, 1.12]}, "mixed"),
+        ({"aah-v3-a": [0.9, 0.91, 0.92], "aah-v3-b": [0.8, 0.81, 0.82]}, "holds"),
+        ({"aah-v3-a": [1.2, 1.21, 1.22], "aah-v3-b": [0.8, 1.3, 1.0]}, "does not hold"),
+        ({"aah-v3-a": [0.9, 0.91, 0.92], "aah-v3-b": [0.8, 1.3, 1.0]}, "undecided at 3 seeds"),
+    ],
+)
+def test_speed_claim_is_mixed_when_one_regime_is_slower_and_another_faster(
+    ratios: dict[str, list[float]], verdict: str
+) -> None:
+    from aah.report.findings import _claim_speed
+
+    per_seed = {r: dict(enumerate(v)) for r, v in ratios.items()}
+    assert f"**{verdict}**" in _claim_speed(list(ratios), per_seed)
