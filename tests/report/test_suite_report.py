@@ -345,10 +345,11 @@ def test_coverage_gap_is_taken_on_the_seeds_both_regimes_finished() -> None:
     assert coverage_gap_cell(suite, "aah", "twin") == "n/a"
 
 
+@pytest.mark.parametrize("suffix", ["-replay-shuffled", "-replay-scattered"])
 def test_a_replay_twin_is_a_control_not_an_aah_regime_in_the_paper_checks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
 ) -> None:
-    twin = "aah-v3-shallow-freeze-replay-shuffled"
+    twin = "aah-v3-shallow-freeze" + suffix
     monkeypatch.setitem(REGIMES, twin, REGIMES["aah-v3-shallow-freeze"])
     root = write_suite(
         tmp_path, "twins", ["full", "fixed", "random", "aah-v3-shallow-freeze", twin]
@@ -357,6 +358,8 @@ def test_a_replay_twin_is_a_control_not_an_aah_regime_in_the_paper_checks(
     claims = [x for x in (root / REPORT).read_text().splitlines() if x[:3] in ("1. ", "2. ", "3. ")]
     assert len(claims) == 3 and all("`aah-v3-shallow-freeze`" in x for x in claims)
     assert not any(twin in x for x in claims)
+    matched = (root / REPORT).read_text().split("### Matched controls")[1]
+    assert f"| `aah-v3-shallow-freeze` | `{twin}` |" in matched  # the pair it was run for
 
 
 def test_report_corrects_for_multiple_comparisons(report: str) -> None:

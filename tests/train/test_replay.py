@@ -100,6 +100,47 @@ def test_shuffled_replay_draws_one_permutation_per_layer_from_its_seed(source):
     assert other.state_dict()["perms"] != perms
 
 
+def test_scattered_replay_moves_windows_across_layers_and_keeps_every_step_coverage(
+    tmp_path, tiny_corpus, source
+):
+    twin = _train(
+        tiny_corpus,
+        tmp_path / "twin",
+        **{"controller.policy": "replay-scattered", "controller.replay_from": str(source)},
+    )
+    src_plans, twin_plans = _plans(source), _plans(twin)
+    assert [p["step"] for p in twin_plans] == [p["step"] for p in src_plans]
+    for s, t in zip(src_plans, twin_plans, strict=True):
+        flat = lambda plan: sorted(w for row in plan for w in row)  # noqa: E731
+        assert flat(s["windows"]) == flat(t["windows"])  # the model's windows, every step
+    # some step splits the context between the layers differently from the source
+    assert any(
+        sorted(srow) != sorted(trow)
+        for s, t in zip(src_plans, twin_plans, strict=True)
+        for srow, trow in zip(s["windows"], t["windows"], strict=True)
+    )
+    cov = [(r["step"], r["causal_coverage"]) for r in metrics(source / "metrics.jsonl")]
+    got = [(r["step"], r["causal_coverage"]) for r in metrics(twin / "metrics.jsonl")]
+    assert [s for s, _ in got] == [s for s, _ in cov]
+    assert all(abs(a - b) < 1e-12 for (_, a), (_, b) in zip(got, cov, strict=True))
+
+
+def test_scattered_replay_draws_one_permutation_over_every_head_from_its_seed(source):
+    schedule = [p["windows"] for p in _plans(source)]
+    cfg = ControllerConfig(policy="replay-scattered", replay_from=str(source), seed=3)
+    policy = make_policy(cfg, **DIMS)
+    steps = [p["step"] for p in _plans(source)]
+    plans = [policy.initial_plan()] + [policy.update(s, None) for s in steps[1:]]
+    (perm,) = policy.state_dict()["perms"]
+    assert sorted(perm) == list(range(8))  # 2 layers x 4 heads, flat index layer * 4 + head
+    for windows, plan in zip(schedule, plans, strict=True):
+        flat = windows[0] + windows[1]
+        assert plan == [[flat[p] for p in perm[:4]], [flat[p] for p in perm[4:]]]
+    assert make_policy(cfg, **DIMS).state_dict()["perms"] == [perm]
+    other = make_policy(ControllerConfig(**{**vars(cfg), "seed": 4}), **DIMS)
+    assert other.state_dict()["perms"] != [perm]
+
+
 def test_shuffled_replay_resumes_bit_for_bit(tmp_path, tiny_corpus, source):
     extra = {k: v for k, v in SOURCE.items() if k != "train.max_steps"}
     extra |= {"controller.policy": "replay-shuffled", "controller.replay_from": str(source)}

@@ -25,10 +25,11 @@ PolicyName = Literal[
     "loss-ablation-shuffled",
     "replay",
     "replay-shuffled",
+    "replay-scattered",
 ]
 POLICIES: tuple[str, ...] = get_args(PolicyName)
 #: the policies that follow a finished run's plans (`replay_from`).
-REPLAY_POLICIES = ("replay", "replay-shuffled")
+REPLAY_POLICIES = ("replay", "replay-shuffled", "replay-scattered")
 #: how a head's context use is measured (aah.controller.head_stats).
 Usage = Literal["last-key", "look-back"]
 USAGES: tuple[str, ...] = get_args(Usage)
@@ -40,7 +41,7 @@ class ControllerConfig:
 
     `windows=None` resolves to [T//8, T//4, T//2, T] for sequence length T; `fixed_window=None`
     to T//4. `static_plan` names a plan JSON ({"windows": [[...]]} or a bare [[...]]).
-    `replay_from` names a finished run whose plans.jsonl `replay` and `replay-shuffled` follow.
+    `replay_from` names a finished run whose plans.jsonl the replay policies follow.
     `warmup_steps` of full attention apply to every windowed policy (fixed, random and static
     too, so controls match); `windowed_from_start` puts those three in force from step 0.
     `grouping_seed` (None: `seed`) draws fixed-random-grouping's halves. `feature_rows` = 0

@@ -4,8 +4,8 @@ full / fixed / static: one plan for the whole run (after the warm-up). random: s
 draws from the candidate windows. The adaptive (AAH) family lives in adaptive.py, the
 budgeted allocation and its matched-coverage control (budget-shuffled) in budget.py, the
 allocation by measured loss (loss-ablation, loss-ablation-shuffled) in ablation.py, a finished
-run's plans replayed as they were or permuted within each layer (replay, replay-shuffled) in
-replay.py.
+run's plans replayed as they were, permuted within each layer or scattered over every head
+of the model (replay, replay-shuffled, replay-scattered) in replay.py.
 """
 
 from __future__ import annotations

@@ -11,6 +11,11 @@ as the source at every step, so coverage, per-layer coverage and cost match exac
 the heads differ. (The `shuffle` twin runs its own controller on its own model instead, so
 its coverage drifts from its regime's.)
 
+`replay-scattered` asks the same of the controller's choice of *layers*: the same schedule
+with all windows of a plan permuted across every head of every layer by one seeded
+permutation, drawn once. The model's coverage and cost match the source's at every step;
+how the context is split between layers does not.
+
 A record of step s in plans.jsonl is the plan the source set after optimizer step s, in
 force from step s + 1; the step-0 record is the plan of the first step.
 """
@@ -72,26 +77,34 @@ def load_schedule(run_dir: str, n_layer: int, n_head: int, seq_len: int) -> list
 
 
 class ReplayPolicy(BasePolicy):
-    """`replay` or `replay-shuffled` (see the module docstring)."""
+    """`replay`, `replay-shuffled` or `replay-scattered` (see the module docstring)."""
 
     def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
         schedule = load_schedule(
             str(cfg.replay_from), dims["n_layer"], dims["n_head"], dims["seq_len"]
         )
+        # Per layer (shuffled: n_layer permutations of the heads) or one over every head of
+        # the model (scattered: flat index layer * n_head + head); None replays as logged.
         self._perms: list[list[int]] | None = None
+        self._scatter = cfg.policy == "replay-scattered"
+        gen = torch.Generator().manual_seed(cfg.seed + REPLAY_STREAM)
+        n_layer, n_head = dims["n_layer"], dims["n_head"]
         if cfg.policy == "replay-shuffled":
-            gen = torch.Generator().manual_seed(cfg.seed + REPLAY_STREAM)
-            self._perms = [
-                torch.randperm(dims["n_head"], generator=gen).tolist()
-                for _ in range(dims["n_layer"])
-            ]
+            self._perms = [torch.randperm(n_head, generator=gen).tolist() for _ in range(n_layer)]
+        elif self._scatter:
+            self._perms = [torch.randperm(n_layer * n_head, generator=gen).tolist()]
         self._schedule = {step: self._permuted(plan) for step, plan in schedule}
         super().__init__(cfg.policy, cfg, plan=self._schedule[0], **dims)
 
     def _permuted(self, plan: Plan) -> Plan:
         if self._perms is None:
             return [list(row) for row in plan]
-        return [[row[p] for p in perm] for row, perm in zip(plan, self._perms, strict=True)]
+        if not self._scatter:
+            return [[row[p] for p in perm] for row, perm in zip(plan, self._perms, strict=True)]
+        flat = [w for row in plan for w in row]
+        moved = [flat[p] for p in self._perms[0]]
+        n_head = len(plan[0])
+        return [moved[i : i + n_head] for i in range(0, len(moved), n_head)]
 
     def wants_update(self, step: int) -> bool:
         return step in self._schedule and step > 0

@@ -52,6 +52,19 @@ MATCHED_WHY.update(
         for r in REPLAYED
     }
 )
+#: the twin that scatters the same windows over every head of the model (policy
+#: replay-scattered): the choice of layers, where `-replay-shuffled` tests the heads.
+SCATTER_SUFFIX = "-replay-scattered"
+MATCHED_WHY.update(
+    {
+        (r, r + SCATTER_SUFFIX): "its own logged windows at every step scattered over every "
+        "head of every layer (one permutation, drawn once): the same coverage at every step, "
+        "split between layers at random"
+        for r in REPLAYED
+    }
+)
+#: suffixes of the regimes that replay another cell's plans: controls, not controllers.
+TWIN_SUFFIXES = (REPLAY_SUFFIX, SCATTER_SUFFIX)
 MATCHED: tuple[tuple[str, str], ...] = tuple(MATCHED_WHY)
 
 

@@ -156,7 +156,7 @@ def _claims(suite: Suite, ratios: dict[str, dict[int, float]]) -> list[str]:
     aah = [
         r
         for r in suite.regimes
-        if r.startswith(AAH_PREFIX) and not r.endswith(comparisons.REPLAY_SUFFIX)
+        if r.startswith(AAH_PREFIX) and not r.endswith(comparisons.TWIN_SUFFIXES)
     ]
     local = [r for r in suite.regimes if r in ("fixed", "random")] + aah
     return [_claim_local(suite, local), _claim_controls(suite, aah), _claim_speed(aah, ratios)]

@@ -6,7 +6,7 @@ summary.json exists. A cell cut short resumes from its last checkpoint (bit-for-
 result is the same as an uninterrupted run); one without a checkpoint starts again. Each
 cell runs in its own process (aah.sweep.cell_process), so peak RSS and thread settings are
 per cell, and up to `jobs` cells run at once. A cell that replays another cell's plans
-(`controller.replay_from`, policies replay and replay-shuffled) starts only once that cell
+(`controller.replay_from`, the replay policies) starts only once that cell
 has finished; the others go on meanwhile.
 """
 
