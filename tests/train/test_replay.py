@@ -63,82 +63,85 @@ def test_exact_replay_retrains_the_source_bit_for_bit(tmp_path, tiny_corpus, pol
     ]
 
 
-def test_shuffled_replay_permutes_each_layer_once_and_keeps_every_step_coverage(
-    tmp_path, tiny_corpus, source
-):
+def _twin(tmp_path, corpus, source, policy):
+    """Trains `policy` on the source's plans: the source's and the twin's plans.jsonl records,
+    and each run's (step, logged causal coverage)."""
     twin = _train(
-        tiny_corpus,
+        corpus,
         tmp_path / "twin",
-        **{"controller.policy": "replay-shuffled", "controller.replay_from": str(source)},
+        **{"controller.policy": policy, "controller.replay_from": str(source)},
     )
     src_plans, twin_plans = _plans(source), _plans(twin)
     assert [p["step"] for p in twin_plans] == [p["step"] for p in src_plans]
-    for s, t in zip(src_plans, twin_plans, strict=True):
+    cov = [
+        [(r["step"], r["causal_coverage"]) for r in metrics(run / "metrics.jsonl")]
+        for run in (source, twin)
+    ]
+    return list(zip(src_plans, twin_plans, strict=True)), cov
+
+
+def _built(source, name, seed):
+    cfg = ControllerConfig(policy=name, replay_from=str(source), seed=seed)
+    return make_policy(cfg, **DIMS)
+
+
+def _drawn(source, name, seed=3):
+    """The permutations the replay policy `name` draws on the source's plans, the plans it
+    puts in force at the source's steps, and the source's own plans."""
+    schedule = [p["windows"] for p in _plans(source)]
+    steps = [p["step"] for p in _plans(source)]
+    policy = _built(source, name, seed)
+    plans = [policy.initial_plan()] + [policy.update(s, None) for s in steps[1:]]
+    assert [policy.wants_update(s) for s in range(25)] == [s in steps[1:] for s in range(25)]
+    perms = policy.state_dict()["perms"]
+    assert _built(source, name, seed).state_dict()["perms"] == perms  # seeded: the same draw
+    assert _built(source, name, seed + 1).state_dict()["perms"] != perms
+    return perms, plans, schedule
+
+
+def test_shuffled_replay_permutes_each_layer_once_and_keeps_every_step_coverage(
+    tmp_path, tiny_corpus, source
+):
+    pairs, (src_cov, twin_cov) = _twin(tmp_path, tiny_corpus, source, "replay-shuffled")
+    for s, t in pairs:
         for srow, trow in zip(s["windows"], t["windows"], strict=True):
             assert sorted(srow) == sorted(trow)  # the same windows in every layer, every step
-    assert any(s["windows"] != t["windows"] for s, t in zip(src_plans, twin_plans, strict=True))
-    # the logged coverage of every step is the source's, to the last digit
-    cov = [(r["step"], r["causal_coverage"]) for r in metrics(source / "metrics.jsonl")]
-    assert [(r["step"], r["causal_coverage"]) for r in metrics(twin / "metrics.jsonl")] == cov
+    assert any(s["windows"] != t["windows"] for s, t in pairs)
+    assert twin_cov == src_cov  # the logged coverage of every step, to the last digit
 
 
 def test_shuffled_replay_draws_one_permutation_per_layer_from_its_seed(source):
-    schedule = [p["windows"] for p in _plans(source)]
-    cfg = ControllerConfig(policy="replay-shuffled", replay_from=str(source), seed=3)
-    policy = make_policy(cfg, **DIMS)
-    steps = [p["step"] for p in _plans(source)]
-    plans = [policy.initial_plan()] + [policy.update(s, None) for s in steps[1:]]
-    perms = policy.state_dict()["perms"]
+    perms, plans, schedule = _drawn(source, "replay-shuffled")
     assert sorted(perms[0]) == list(range(4)) and sorted(perms[1]) == list(range(4))
     expected = [
         [[row[p] for p in perm] for row, perm in zip(w, perms, strict=True)] for w in schedule
     ]
     assert plans == expected
-    assert [policy.wants_update(s) for s in range(25)] == [s in steps[1:] for s in range(25)]
-    assert make_policy(cfg, **DIMS).state_dict()["perms"] == perms  # seeded: the same draw
-    other = make_policy(ControllerConfig(**{**vars(cfg), "seed": 4}), **DIMS)
-    assert other.state_dict()["perms"] != perms
 
 
 def test_scattered_replay_moves_windows_across_layers_and_keeps_every_step_coverage(
     tmp_path, tiny_corpus, source
 ):
-    twin = _train(
-        tiny_corpus,
-        tmp_path / "twin",
-        **{"controller.policy": "replay-scattered", "controller.replay_from": str(source)},
-    )
-    src_plans, twin_plans = _plans(source), _plans(twin)
-    assert [p["step"] for p in twin_plans] == [p["step"] for p in src_plans]
-    for s, t in zip(src_plans, twin_plans, strict=True):
-        flat = lambda plan: sorted(w for row in plan for w in row)  # noqa: E731
-        assert flat(s["windows"]) == flat(t["windows"])  # the model's windows, every step
+    pairs, (src_cov, twin_cov) = _twin(tmp_path, tiny_corpus, source, "replay-scattered")
+    for s, t in pairs:
+        flat = [sorted(w for row in r["windows"] for w in row) for r in (s, t)]
+        assert flat[0] == flat[1]  # the model's windows, every step
     # some step splits the context between the layers differently from the source
     assert any(
         sorted(srow) != sorted(trow)
-        for s, t in zip(src_plans, twin_plans, strict=True)
+        for s, t in pairs
         for srow, trow in zip(s["windows"], t["windows"], strict=True)
     )
-    cov = [(r["step"], r["causal_coverage"]) for r in metrics(source / "metrics.jsonl")]
-    got = [(r["step"], r["causal_coverage"]) for r in metrics(twin / "metrics.jsonl")]
-    assert [s for s, _ in got] == [s for s, _ in cov]
-    assert all(abs(a - b) < 1e-12 for (_, a), (_, b) in zip(got, cov, strict=True))
+    assert [s for s, _ in twin_cov] == [s for s, _ in src_cov]
+    assert all(abs(a - b) < 1e-12 for (_, a), (_, b) in zip(twin_cov, src_cov, strict=True))
 
 
 def test_scattered_replay_draws_one_permutation_over_every_head_from_its_seed(source):
-    schedule = [p["windows"] for p in _plans(source)]
-    cfg = ControllerConfig(policy="replay-scattered", replay_from=str(source), seed=3)
-    policy = make_policy(cfg, **DIMS)
-    steps = [p["step"] for p in _plans(source)]
-    plans = [policy.initial_plan()] + [policy.update(s, None) for s in steps[1:]]
-    (perm,) = policy.state_dict()["perms"]
+    (perm,), plans, schedule = _drawn(source, "replay-scattered")
     assert sorted(perm) == list(range(8))  # 2 layers x 4 heads, flat index layer * 4 + head
     for windows, plan in zip(schedule, plans, strict=True):
         flat = windows[0] + windows[1]
         assert plan == [[flat[p] for p in perm[:4]], [flat[p] for p in perm[4:]]]
-    assert make_policy(cfg, **DIMS).state_dict()["perms"] == [perm]
-    other = make_policy(ControllerConfig(**{**vars(cfg), "seed": 4}), **DIMS)
-    assert other.state_dict()["perms"] != [perm]
 
 
 def test_shuffled_replay_resumes_bit_for_bit(tmp_path, tiny_corpus, source):
