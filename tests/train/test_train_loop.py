@@ -7,10 +7,11 @@ import pytest
 from train_helpers import assert_resume_is_bit_for_bit, tiny_config
 
 from aah.controller import POLICIES
+from aah.controller.config import REPLAY_POLICIES
 from aah.train.checkpoint import load_checkpoint
 from aah.train.loop import train
 
-FROM_FILE = ("static", "replay", "replay-shuffled")
+FROM_FILE = ("static", *REPLAY_POLICIES)
 
 
 def test_loss_falls_and_run_dir_contract(tmp_path, tiny_corpus):
