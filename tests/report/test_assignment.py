@@ -1,10 +1,11 @@
-"""The share of layer-steps a within-layer shuffle can change, on hand-made plan records."""
+"""The share of layer-steps a within-layer shuffle can change, and of steps a scatter over
+the layers can, on hand-made plan records."""
 
 from pathlib import Path
 
 import pytest
 
-from aah.report.assignment import spread_lines, spread_share
+from aah.report.assignment import split_share, spread_lines, spread_share
 from aah.report.suite_data import CellRun, Suite
 
 T = 64
@@ -71,3 +72,23 @@ def test_a_regime_with_two_twins_gets_one_line_naming_both():
         "`aah-v3-full-adaptive-replay-shuffled`)" in text
     )
     assert text.count("`aah-v3-full-adaptive` ") == 1
+
+
+def test_split_share_counts_the_steps_whose_layers_hold_different_windows():
+    plans = [
+        _plan(0, [[T, T], [T, T]]),  # warm-up: not counted
+        _plan(20, [[16, 32], [32, 16]]),  # steps 20-60: the same windows in both layers
+        _plan(60, [[16, 16], [T, 16]]),  # steps 60-100: layer 1 holds a longer one
+    ]
+    assert split_share(_run("aah-v3-deep-reuse", 0, plans), T) == pytest.approx(40 / 80)
+    assert split_share(_run("aah-v3-deep-reuse", 0, [_plan(0, [[T, T], [T, T]])]), T) is None
+
+
+def test_scattered_twins_get_their_own_sentence():
+    regime, twin = "aah-v3-deep-reuse", "aah-v3-deep-reuse-replay-scattered"
+    rows = [{"regime": r, "seed": 0, "val_bpb": 1.0, "seq_len": T} for r in (regime, twin)]
+    cells = [_run(regime, 0, [_plan(0, [[T, T], [T, T]]), _plan(50, [[16, 16], [T, 16]])])]
+    text = " ".join(spread_lines(Suite("s", rows, cells)))
+    assert f"`{regime}` 100% (one seed; twin `{twin}`)" in text
+    assert "scatters a regime's windows over every layer" in text
+    assert "other heads of the same layer" not in text  # no shuffled twin in this suite

@@ -1,4 +1,4 @@
-"""How much a within-layer shuffle can change: the room a shuffled twin has to differ.
+"""How much a twin's permutation can change: the room a shuffled or scattered twin has to differ.
 
 The twins that move a regime's windows to other heads of the same layer (`budget-shuffled`,
 `loss-ablation-shuffled`, `static-ablation-shuffled`, `shuffle`, `<regime>-replay-shuffled`)
@@ -6,13 +6,15 @@ keep each layer's multiset of windows. A layer whose heads all hold one window i
 plan under any permutation, so the shuffle acts only in the layers and steps where the
 regime's windows differ between heads. This module measures that share from the regime's
 own plans.jsonl; a low share means the pair says little about which head gets which window,
-whatever its seeds say.
+whatever its seeds say. A `<regime>-replay-scattered` twin keeps the model's multiset of
+windows instead and can move context between layers only at steps where the layers hold
+different windows; `split_share` measures that.
 """
 
 from __future__ import annotations
 
 from aah.report import stats
-from aah.report.comparisons import REPLAY_SUFFIX, REPLAYED
+from aah.report.comparisons import REPLAY_SUFFIX, REPLAYED, SCATTER_SUFFIX
 from aah.report.suite_data import CellRun, Record, Suite
 
 #: (regime, twin): twins that permute each layer's windows across the layer's heads.
@@ -23,6 +25,8 @@ SHUFFLED_TWINS: tuple[tuple[str, str], ...] = (
     ("aah-v3-full-adaptive", "shuffle"),
     *((r, r + REPLAY_SUFFIX) for r in REPLAYED),
 )
+#: (regime, twin): twins that scatter a regime's windows over every head of every layer.
+SCATTERED_TWINS: tuple[tuple[str, str], ...] = tuple((r, r + SCATTER_SUFFIX) for r in REPLAYED)
 
 
 def _after_warmup(plans: list[Record], seq_len: int) -> list[Record]:
@@ -33,44 +37,78 @@ def _after_warmup(plans: list[Record], seq_len: int) -> list[Record]:
     return []
 
 
-def spread_share(run: CellRun, seq_len: int) -> float | None:
-    """Share of (layer, step) pairs after the warm-up in which the layer's heads hold more
-    than one window size, each plan weighted by the steps it was in force (the last one until
-    the run's last logged step). None when the run never planned a window below T."""
+def _share(run: CellRun, seq_len: int, per_layer: bool) -> float | None:
+    """Share of the (layer, step) pairs (per_layer) or of the steps (not per_layer) after the
+    warm-up that a permutation can change, each plan weighted by the steps it was in force (the
+    last one until the run's last logged step). None when the run never planned below T."""
     plans = _after_warmup(run.plans, seq_len)
     if not plans:
         return None
-    spread = total = 0
+    changeable = total = 0
     for plan, span in run.plan_spans(plans):
-        for row in plan["windows"]:
+        rows = [sorted(row) for row in plan["windows"]]
+        if per_layer:  # a layer whose heads hold one window is the same under any shuffle
+            total += span * len(rows)
+            changeable += span * sum(len(set(row)) > 1 for row in rows)
+        else:  # layers holding the same windows keep their coverage under any scatter
             total += span
-            spread += span if len(set(row)) > 1 else 0
-    return spread / total if total else None
+            changeable += span if any(row != rows[0] for row in rows[1:]) else 0
+    return changeable / total if total else None
 
 
-def spread_lines(suite: Suite) -> list[str]:
-    """One sentence on each shuffled twin pair of the suite: the regime's share of layer-steps
-    a permutation can change (mean over seeds, and the range)."""
-    seq_len = suite.seq_len
+def spread_share(run: CellRun, seq_len: int) -> float | None:
+    """Share of (layer, step) pairs after the warm-up in which the layer's heads hold more
+    than one window size (what a within-layer shuffle can change)."""
+    return _share(run, seq_len, per_layer=True)
+
+
+def split_share(run: CellRun, seq_len: int) -> float | None:
+    """Share of steps after the warm-up in which the layers hold different windows (where a
+    scatter over every layer can move context from one layer to another)."""
+    return _share(run, seq_len, per_layer=False)
+
+
+def _parts(suite: Suite, pairs: tuple[tuple[str, str], ...], share) -> list[str]:
+    """'`regime` mean% (min–max; twin(s) ...)' for each regime of the suite with a twin in it."""
     twins: dict[str, list[str]] = {}
-    for regime, twin in SHUFFLED_TWINS:
+    for regime, twin in pairs:
         if regime in suite.regimes and twin in suite.regimes:
             twins.setdefault(regime, []).append(twin)
     parts = []
     for regime, names in twins.items():
-        shares = [s for run in suite.runs(regime) if (s := spread_share(run, seq_len)) is not None]
+        shares = [s for run in suite.runs(regime) if (s := share(run, suite.seq_len)) is not None]
         if shares:
             spread = f"{min(shares):.0%}–{max(shares):.0%}" if len(shares) > 1 else "one seed"
             label = "twin" if len(names) == 1 else "twins"
             listed = ", ".join(f"`{n}`" for n in names)
             parts.append(f"`{regime}` {stats.mean(shares):.0%} ({spread}; {label} {listed})")
-    if not parts:
-        return []
-    return [
-        "A twin that moves a regime's windows to other heads of the same layer changes a plan "
-        "only where that layer's heads hold different windows. Share of layer-steps after the "
-        "warm-up in which they did (mean over seeds, range): " + "; ".join(parts) + ". The "
-        "rest of the time the permutation leaves the regime's plan as it is, so a low share "
-        "limits what the pair can show about which head gets which window.",
-        "",
-    ]
+    return parts
+
+
+def spread_lines(suite: Suite) -> list[str]:
+    """One sentence on the suite's shuffled twin pairs (the regime's share of layer-steps a
+    within-layer permutation can change) and one on its scattered twins (the share of steps a
+    scatter can move context between layers); mean over seeds, and the range."""
+    lines = []
+    shuffled = _parts(suite, SHUFFLED_TWINS, spread_share)
+    if shuffled:
+        lines += [
+            "A twin that moves a regime's windows to other heads of the same layer changes a "
+            "plan only where that layer's heads hold different windows. Share of layer-steps "
+            "after the warm-up in which they did (mean over seeds, range): "
+            + "; ".join(shuffled)
+            + ". The rest of the time the permutation leaves the regime's plan as it is, so a "
+            "low share limits what the pair can show about which head gets which window.",
+            "",
+        ]
+    scattered = _parts(suite, SCATTERED_TWINS, split_share)
+    if scattered:
+        lines += [
+            "A twin that scatters a regime's windows over every layer can move context from "
+            "one layer to another only where the layers hold different windows. Share of steps "
+            "after the warm-up in which they did (mean over seeds, range): "
+            + "; ".join(scattered)
+            + ". Where they did not, the scatter changes only which heads hold the windows.",
+            "",
+        ]
+    return lines
