@@ -144,9 +144,10 @@ def test_scattered_replay_draws_one_permutation_over_every_head_from_its_seed(so
         assert plan == [[flat[p] for p in perm[:4]], [flat[p] for p in perm[4:]]]
 
 
-def test_shuffled_replay_resumes_bit_for_bit(tmp_path, tiny_corpus, source):
+@pytest.mark.parametrize("policy", ["replay-shuffled", "replay-scattered"])
+def test_permuted_replay_resumes_bit_for_bit(tmp_path, tiny_corpus, source, policy):
     extra = {k: v for k, v in SOURCE.items() if k != "train.max_steps"}
-    extra |= {"controller.policy": "replay-shuffled", "controller.replay_from": str(source)}
+    extra |= {"controller.policy": policy, "controller.replay_from": str(source)}
     extra["train.decay_steps"] = "20"  # the lr schedule of the first half must be the whole's
     assert_resume_is_bit_for_bit(tmp_path, tiny_corpus, extra, total=20, first=10)
 

@@ -13,6 +13,8 @@ different windows; `split_share` measures that.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aah.report import stats
 from aah.report.comparisons import REPLAY_SUFFIX, REPLAYED, SCATTER_SUFFIX
 from aah.report.suite_data import CellRun, Record, Suite
@@ -68,7 +70,11 @@ def split_share(run: CellRun, seq_len: int) -> float | None:
     return _share(run, seq_len, per_layer=False)
 
 
-def _parts(suite: Suite, pairs: tuple[tuple[str, str], ...], share) -> list[str]:
+def _parts(
+    suite: Suite,
+    pairs: tuple[tuple[str, str], ...],
+    share: Callable[[CellRun, int], float | None],
+) -> list[str]:
     """'`regime` mean% (min–max; twin(s) ...)' for each regime of the suite with a twin in it."""
     twins: dict[str, list[str]] = {}
     for regime, twin in pairs:
