@@ -39,35 +39,32 @@ def _after_warmup(plans: list[Record], seq_len: int) -> list[Record]:
     return []
 
 
-def _share(run: CellRun, seq_len: int, per_layer: bool) -> float | None:
-    """Share of the (layer, step) pairs (per_layer) or of the steps (not per_layer) after the
-    warm-up that a permutation can change, each plan weighted by the steps it was in force (the
-    last one until the run's last logged step). None when the run never planned below T."""
-    plans = _after_warmup(run.plans, seq_len)
-    if not plans:
-        return None
-    changeable = total = 0
-    for plan, span in run.plan_spans(plans):
-        rows = [sorted(row) for row in plan["windows"]]
-        if per_layer:  # a layer whose heads hold one window is the same under any shuffle
-            total += span * len(rows)
-            changeable += span * sum(len(set(row)) > 1 for row in rows)
-        else:  # layers holding the same windows keep their coverage under any scatter
-            total += span
-            changeable += span if any(row != rows[0] for row in rows[1:]) else 0
-    return changeable / total if total else None
+def _spans(run: CellRun, seq_len: int) -> list[tuple[Record, int]]:
+    """(plan, steps in force) of every plan after the warm-up (the last one until the run's
+    last logged step); empty when the run never planned a window below T."""
+    return run.plan_spans(_after_warmup(run.plans, seq_len))
 
 
 def spread_share(run: CellRun, seq_len: int) -> float | None:
     """Share of (layer, step) pairs after the warm-up in which the layer's heads hold more
-    than one window size (what a within-layer shuffle can change)."""
-    return _share(run, seq_len, per_layer=True)
+    than one window size (a layer with one window is the same under any shuffle). None when
+    the run never planned a window below T."""
+    spans = _spans(run, seq_len)
+    total = sum(span * len(plan["windows"]) for plan, span in spans)
+    spread = sum(span * sum(len(set(row)) > 1 for row in plan["windows"]) for plan, span in spans)
+    return spread / total if total else None
 
 
 def split_share(run: CellRun, seq_len: int) -> float | None:
-    """Share of steps after the warm-up in which the layers hold different windows (where a
-    scatter over every layer can move context from one layer to another)."""
-    return _share(run, seq_len, per_layer=False)
+    """Share of steps after the warm-up in which the layers hold different windows: only there
+    can a scatter over every layer move context from one layer to another. None when the run
+    never planned a window below T."""
+    spans = _spans(run, seq_len)
+    total = sum(span for _, span in spans)
+    split = sum(
+        span for plan, span in spans if len({tuple(sorted(row)) for row in plan["windows"]}) > 1
+    )
+    return split / total if total else None
 
 
 def _parts(
