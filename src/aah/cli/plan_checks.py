@@ -10,11 +10,15 @@ from aah.textfile import read_utf8
 
 
 def check_model(name: str) -> None:
-    """A local model must be a directory; a hub name is NAME or ORG/NAME (no deeper path)."""
+    """A local model is a directory or a .gguf file; a hub name is NAME or ORG/NAME (no deeper
+    path)."""
     path = Path(name).expanduser()
     if path.exists():
-        if not path.is_dir():
-            raise ValueError(f"model {name!r} is a file; give the model's directory")
+        if not path.is_dir() and path.suffix.lower() != ".gguf":
+            raise ValueError(
+                f"model {name!r} is a file but not a .gguf; give the model's directory or a "
+                "GGUF file"
+            )
         return
     if name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name:
         raise ValueError(

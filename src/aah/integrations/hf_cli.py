@@ -14,8 +14,9 @@ MB = 2**20 bytes); `--sinks N` gives every head N attention sinks, measured and 
 the calibration text) or the loss rise of cutting each KV head alone to each window (`loss`,
 `hf_ablation`: one pass per KV head and candidate).
 
-Models load with `AutoModelForCausalLM.from_pretrained`: a local directory works offline; a hub
-name needs network access (and is cached by huggingface_hub as usual). The tokenizer is loaded
+Models load through `hf_load.load_model`: a GGUF file or a folder holding one, or a
+transformers folder, work offline; a hub name needs network access (and is cached by
+huggingface_hub as usual). The tokenizer is loaded
 from the same place when it has one; otherwise text is read as UTF-8 bytes, which only suits
 models with vocab_size >= 256 (random test models). Both commands print a human summary and,
 as their last stdout line, one JSON object.
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 # Only the standard library at import time: the CLI builds its parser without loading torch.
-HUB_NOTE = "a local directory, or a hub name (needs network)"
+HUB_NOTE = "a GGUF file, a folder (transformers or one .gguf), or a hub name (needs network)"
 SIGNALS = ("mass", "loss")  # hf_plan.SIGNALS, without importing torch
 
 
@@ -101,29 +102,6 @@ def add_plan_apply_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_model(name: str, device: str = "auto") -> tuple[Any, Any | None]:
-    """(model in eval mode on `device`, tokenizer or None when the source has none)."""
-    import torch
-
-    from aah.integrations.hf import require_transformers
-
-    require_transformers()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="sdpa")
-    model = model.to(device).eval()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(name)
-    except (OSError, ValueError, KeyError, TypeError):  # no tokenizer files: bytes stand-in
-        tokenizer = None
-    # Without tokenizer files some versions build an empty one from the model type: unusable.
-    if tokenizer is not None and not tokenizer.encode("probe text", add_special_tokens=False):
-        tokenizer = None
-    return model, tokenizer
-
-
 def _read(path: str) -> str:
     file = Path(path)
     if not file.is_file():
@@ -144,6 +122,7 @@ def budgets(args: argparse.Namespace) -> tuple[float | None, int | None]:
 
 def run_plan_search(args: argparse.Namespace) -> int:
     """Search a plan, write it (and a heatmap); with --heldout also print a budget sweep."""
+    from aah.integrations.hf_load import load_model
     from aah.integrations.hf_report import budget_sweep, save_heatmap, sweep_json, sweep_table
     from aah.integrations.hf_search import search_plan
 
@@ -204,6 +183,7 @@ def run_plan_apply(args: argparse.Namespace) -> int:
     from aah.attention import coverage
     from aah.integrations.hf import applied
     from aah.integrations.hf_allocate import full_kv_bytes, kv_shape, plan_kv_bytes
+    from aah.integrations.hf_load import load_model
     from aah.integrations.hf_plan import SearchedPlan
     from aah.integrations.hf_report import perplexity
     from aah.integrations.hf_search import calibration_batches
