@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from aah.integrations.hf import applied, layout, probing
+from aah.integrations.hf import applied, layout
 from aah.integrations.hf_allocate import (
     allocate_kv_heads,
     full_kv_bytes,
@@ -46,7 +46,11 @@ from aah.integrations.hf_allocate import (
     plan_kv_bytes,
 )
 from aah.integrations.hf_load import load_model
-from aah.integrations.hf_search import default_candidates, measure_mass
+from aah.integrations.hf_search import (
+    default_candidates,
+    measure_mass,
+    measure_output_error,
+)
 from aah.report.comparisons import holm
 from aah.report.stats import estimate
 
@@ -75,11 +79,12 @@ def stdlib_text(packages: tuple[str, ...]) -> str:
     return "\n\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
 
 
-def blocks(tokenizer, text: str, t: int, n: int) -> list[torch.Tensor]:
+def blocks(tokenizer, text: str, t: int, n: int, skip: int = 0) -> list[torch.Tensor]:
+    """Blocks skip .. skip + n - 1 of T consecutive tokens of `text`."""
     ids = tokenizer.encode(text, add_special_tokens=False)
-    if len(ids) < n * t:
-        raise ValueError(f"{len(ids)} tokens, {n} blocks of {t} asked for")
-    return [torch.tensor(ids[i * t : (i + 1) * t]).view(1, t) for i in range(n)]
+    if len(ids) < (skip + n) * t:
+        raise ValueError(f"{len(ids)} tokens, {skip + n} blocks of {t} asked for")
+    return [torch.tensor(ids[i * t : (i + 1) * t]).view(1, t) for i in range(skip, skip + n)]
 
 
 def block_losses(model, batches) -> list[float]:
@@ -89,41 +94,6 @@ def block_losses(model, batches) -> list[float]:
             logits = model(input_ids=ids, use_cache=False).logits[0, :-1].float()
             out.append(float(torch.nn.functional.cross_entropy(logits, ids[0, 1:])))
     return out
-
-
-def measure_output_error(model, batches, candidates, sinks, sample_queries=64, seed=0):
-    """(L, Hq, n_w): mean || W_o,h (o_full - o_w) ||^2 over sampled rows (module docstring)."""
-    lay = layout(model)
-    index = {id(m): i for i, m in enumerate(lay.modules)}
-    total = torch.zeros(lay.n_layer, lay.n_head, len(candidates), dtype=torch.float64)
-    gen = torch.Generator().manual_seed(seed)
-
-    def probe(module, q, k, v, scale):
-        layer = index[id(module)]
-        _, hq, t, d = q.shape
-        group = hq // k.shape[1]
-        pos = torch.randperm(t - 1, generator=gen)[:sample_queries].sort().values + 1
-        qs = q[0][:, pos].float() * scale  # (Hq, S, D)
-        kk = k[0].float().repeat_interleave(group, 0)
-        vv = v[0].float().repeat_interleave(group, 0)
-        scores = qs @ kk.transpose(1, 2)  # (Hq, S, T)
-        j = torch.arange(t)
-        dist = pos.view(-1, 1) - j.view(1, -1)
-        scores = scores.masked_fill(dist < 0, float("-inf"))
-        p = torch.softmax(scores, dim=-1)
-        full = p @ vv  # (Hq, S, D)
-        w_o = module.o_proj.weight.float().view(-1, hq, d)  # (hidden, Hq, D)
-        for c, w in enumerate(candidates):
-            keep = (dist < w) | (j.view(1, -1) < sinks)
-            pk = p * keep
-            out = (pk @ vv) / pk.sum(-1, keepdim=True).clamp_min(1e-30)
-            delta = torch.einsum("hsd,ehd->hse", full - out, w_o)
-            total[layer, :, c] += delta.pow(2).sum(-1).mean(-1).double()
-
-    with probing(model, probe), torch.no_grad():
-        for ids in batches:
-            model(input_ids=ids, use_cache=False)
-    return total / len(batches)
 
 
 def uniform_plan(shape, n_layer, n_head, t, sinks, budget):
@@ -157,6 +127,10 @@ def main() -> None:
     ap.add_argument("--sinks", type=int, default=4)
     ap.add_argument("--calib-blocks", type=int, default=4)
     ap.add_argument("--heldout-blocks", type=int, default=16)
+    ap.add_argument("--heldout-skip", type=int, default=0, help="held-out blocks to skip first")
+    ap.add_argument(
+        "--signals", default="mass,mass-floor,output", help="per-head plans to evaluate"
+    )
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -164,22 +138,24 @@ def main() -> None:
     model, tok = load_model(args.model or default_model(), "cpu")
     lay, shape, t, s = layout(model), kv_shape(model), args.seq_len, args.sinks
     calib = blocks(tok, stdlib_text(CALIB_PACKAGES), t, args.calib_blocks)
-    held = blocks(tok, stdlib_text(HELDOUT_PACKAGES), t, args.heldout_blocks)
+    held = blocks(tok, stdlib_text(HELDOUT_PACKAGES), t, args.heldout_blocks, args.heldout_skip)
     full_bytes = full_kv_bytes(shape, lay.n_layer, t)
     budget = int(args.kv_fraction * full_bytes)
     sink_rows = [[s] * lay.n_head for _ in range(lay.n_layer)]
     cands = default_candidates(t)
     plans = {"uniform": uniform_plan(shape, lay.n_layer, lay.n_head, t, s, budget)}
-    mass = measure_mass(model, calib, cands, sinks=s)
-    err = measure_output_error(model, calib, cands, s)
+    wanted = args.signals.split(",")
+    mass = measure_mass(model, calib, cands, sinks=s) if "mass" in args.signals else None
+    err = measure_output_error(model, calib, cands, sinks=s) if "output" in wanted else None
     print(f"measured in {time.time() - t0:.0f} s", flush=True)
     floor = [c for c in cands if c >= t // 8]
     signals = {
-        "mass": (mass, cands),
-        "mass-floor": (mass[..., -len(floor) :], floor),
-        "output": (err, cands),
+        "mass": lambda: (mass, cands),
+        "mass-floor": lambda: (mass[..., -len(floor) :], floor),
+        "output": lambda: (err, cands),
     }
-    for name, (signal, cs) in signals.items():
+    for name in wanted:
+        signal, cs = signals[name]()
         alloc = allocate_kv_heads(signal, cs, t, shape, sinks=s, kv_budget=budget)
         plans[name] = alloc.windows
         plans[f"{name}-shuffled"] = shuffled_twin(alloc.windows, lay.n_kv_head, seed=1)
@@ -207,7 +183,8 @@ def main() -> None:
         "uniform_window": plans["uniform"][0][0],
         "uniform_loss": sum(base) / len(held), "heldout_blocks": len(held),
         "calib_blocks": len(calib), "calib_packages": CALIB_PACKAGES,
-        "heldout_packages": HELDOUT_PACKAGES, "threads": torch.get_num_threads(),
+        "heldout_packages": HELDOUT_PACKAGES, "heldout_skip": args.heldout_skip,
+        "threads": torch.get_num_threads(),
         "rows": rows, "plans": plans, "block_losses": losses,
         "seconds": time.time() - t0,
     }  # fmt: skip

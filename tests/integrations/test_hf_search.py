@@ -18,6 +18,7 @@ from aah.integrations.hf_plan import SearchedPlan
 from aah.integrations.hf_search import (
     default_candidates,
     measure_mass,
+    measure_output_error,
     plan_from_mass,
     search_plan,
 )
@@ -151,3 +152,20 @@ def test_import_without_transformers_and_a_clear_error() -> None:
     assert out.returncode == 0, out.stderr
     assert "pip install 'aah-attention[hf]'" in out.stdout
     assert "parser loads torch: False" in out.stdout  # the CLI builds its parser cheaply
+
+
+def test_output_signal_keeps_the_planted_local_head_cheapest(planted) -> None:
+    model, _ = planted
+    ids = calib()
+    err = measure_output_error(model, [ids[:1], ids[1:]], CANDIDATES, sample_queries=32)
+    at8 = err[0, :, CANDIDATES.index(8)]
+    assert int(at8.argmin()) == 0, at8  # the head that looks at its last few tokens
+    assert torch.all(err[..., -1] < 1e-8)  # the full window changes nothing
+
+
+def test_output_signal_search_on_every_family(family: str) -> None:
+    model = tiny_model(family)
+    plan = search_plan(model, calib(seed=7), 0.4, seq_len=32, sample_queries=16, signal="output")
+    assert plan.signal == "output" and plan.lost_mass is None
+    assert plan.coverage <= 0.4 and len(plan.windows) == 2
+    assert SearchedPlan.from_json(plan.to_json()) == plan

@@ -4,6 +4,7 @@
     hf.apply(model, plan)   # plan[layer][query_head] -> window; model now runs "aah" attention
     hf.apply(model, plan, sinks=4)  # ... and every head also sees the first 4 tokens
     hf.remove(model)        # back to the implementation it had before
+    model, tokenizer = hf.load_model("model.gguf")  # a .gguf, a folder, or a hub name
 
 For decoding that keeps only each head's window and sinks, pass a `hf_cache.PerHeadCache`
 (`hf.per_head_cache(model, max_cache_len)`) to `generate`.
@@ -40,6 +41,7 @@ from aah.integrations.hf_layout import (  # noqa: F401  (FAMILIES: re-exported)
     layout,
     require_transformers,
 )
+from aah.integrations.hf_load import load_model  # noqa: F401  (re-exported)
 from aah.validate import is_int
 
 IMPLEMENTATION = "aah"

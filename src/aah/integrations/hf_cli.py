@@ -11,8 +11,9 @@ its widest query head) under a causal-coverage cap (`--budget`, default 0.3) or 
 KV bytes the per-head cache holds per sequence at the calibration length (`--budget-kv-mb`,
 MB = 2**20 bytes); `--sinks N` gives every head N attention sinks, measured and costed.
 `--signal` picks what is allocated on: attention mass beyond each window (`mass`, one pass over
-the calibration text) or the loss rise of cutting each KV head alone to each window (`loss`,
-`hf_ablation`: one pass per KV head and candidate).
+the calibration text), the change of each head's residual-stream contribution (`output`, one
+pass; values and output projection included) or the loss rise of cutting each KV head alone
+to each window (`loss`, `hf_ablation`: one pass per KV head and candidate).
 
 Models load through `hf_load.load_model`: a GGUF file or a folder holding one, or a
 transformers folder, work offline; a hub name needs network access (and is cached by
@@ -31,7 +32,7 @@ from typing import Any
 
 # Only the standard library at import time: the CLI builds its parser without loading torch.
 HUB_NOTE = "a GGUF file, a folder (transformers or one .gguf), or a hub name (needs network)"
-SIGNALS = ("mass", "loss")  # hf_plan.SIGNALS, without importing torch
+SIGNALS = ("mass", "output", "loss")  # hf_plan.SIGNALS, without importing torch
 
 
 def _floats(text: str) -> list[float]:
@@ -70,8 +71,11 @@ def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
         choices=SIGNALS,
         default="mass",
         help="what to allocate on: 'mass' (default), attention mass beyond each window, one "
-        "forward over the calibration batches; 'loss', the rise of the mean next-token loss when "
-        "one KV head alone is cut to each window, one forward over the calibration batches per "
+        "forward over the calibration batches; 'output', the squared change of each head's "
+        "contribution to the residual stream (values and output projection included), one "
+        "forward (it beat mass on SmolLM2-135M, docs/pretrained.md); 'loss', the rise of the "
+        "mean next-token loss when one KV head alone is cut to each window, one forward over "
+        "the calibration batches per "
         "(KV head, candidate < T), i.e. layers x KV heads x candidates passes: slower, but it "
         "keeps heads that retrieve rare far tokens, which carry little mean mass",
     )
@@ -148,6 +152,8 @@ def run_plan_search(args: argparse.Namespace) -> int:
         f"summed single-KV-head loss rise {plan.loss_increase:.4f} nats"
         if plan.signal == "loss"
         else f"expected lost mass {plan.lost_mass:.4f}"
+        if plan.signal == "mass"
+        else "allocated on each head's residual-stream change"
     )
     print(
         f"plan for {plan.model} (one window per KV head, {args.sinks} sinks, {plan.signal} "

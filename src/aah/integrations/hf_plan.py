@@ -12,7 +12,9 @@ query heads. Optional fields (absent in older files): `sinks[layer][query_head]`
 sinks `hf.apply` gives the plan (absent: none); `budget_unit`, what `budget` caps: "coverage"
 (the default) or "kv_bytes"; `kv_bytes`, the bytes `PerHeadCache` holds per sequence after
 `seq_len` positions (`hf_allocate.plan_kv_bytes`); `signal`, what the search allocated on:
-"mass" (the default; attention mass beyond the windows, `lost_mass` set) or "loss" (the loss
+"mass" (the default; attention mass beyond the windows, `lost_mass` set), "output" (the squared
+change of each head's residual-stream contribution, `hf_output_error`; `lost_mass` null) or
+"loss" (the loss
 rise of cutting each KV head alone, `hf_ablation`; `lost_mass` is then null and
 `loss_increase` holds the summed single-KV-head loss rises of the chosen windows, nats, an
 additive estimate of the plan's own). JSON floats are written with Python's
@@ -36,7 +38,7 @@ FIELDS = (
 )  # fmt: skip
 OPTIONAL = ("lost_mass", "sinks", "budget_unit", "kv_bytes", "signal", "loss_increase")
 BUDGET_UNITS = ("coverage", "kv_bytes")
-SIGNALS = ("mass", "loss")
+SIGNALS = ("mass", "output", "loss")
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,12 @@
    query heads share it) over ALL layers, minimising the mass lost with the plan's causal
    coverage (sinks included) or its KV bytes at the calibration length within the budget.
 
-With `signal="loss"` step 1 measures instead the rise of the calibration loss when each KV head
-alone is cut to each candidate (`hf_ablation`: one forward over the calibration batches per
-(KV head, candidate < T)), and step 2 allocates on those costs in place of the mass.
+With `signal="output"` step 1 measures instead, from the same sampled rows and the layer's
+output projection, how far each window moves the head's contribution to the residual stream
+(`hf_output_error`), and step 2 allocates on that. With `signal="loss"` step 1 measures
+instead the rise of the calibration loss when each KV head alone is cut to each candidate
+(`hf_ablation`: one forward over the calibration batches per (KV head, candidate < T)), and
+step 2 allocates on those costs in place of the mass.
 
 Layers with a sliding window of their own (Mistral, Qwen sliding layers) are measured and
 costed in coverage as if full causal (at run time they see min(plan window, sliding window));
@@ -42,6 +45,7 @@ from aah.integrations.hf_allocate import (
 )
 from aah.integrations.hf_data import TextLike, token_batches
 from aah.integrations.hf_mass import mass_beyond_given_sinks
+from aah.integrations.hf_output_error import output_error, output_projection
 from aah.integrations.hf_plan import SIGNALS, SearchedPlan
 from aah.validate import check_int
 
@@ -55,7 +59,7 @@ def default_candidates(seq_len: int) -> list[int]:
 
 
 def check_signal(signal: str) -> str:
-    """`signal` if it is one of `hf_plan.SIGNALS` ("mass", "loss"), else ValueError naming it."""
+    """`signal` if it is one of `hf_plan.SIGNALS`, else ValueError naming it."""
     if signal not in SIGNALS:
         raise ValueError(f"signal must be one of {', '.join(SIGNALS)}, got {signal!r}")
     return signal
@@ -72,13 +76,55 @@ def measure_mass(
 ) -> torch.Tensor:
     """(n_layer, Hq, n_windows) float64: mean attention mass beyond each candidate window and
     outside the first `sinks` keys."""
+
+    def per_layer(
+        module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: dict
+    ) -> torch.Tensor:
+        if sinks:
+            return mass_beyond_given_sinks(q, k, cands, sinks, **opts)
+        return mass_beyond(q, k, v, cands, **opts)
+
     cands = check_candidates(candidates)
+    return _probe_means(model, batches, len(cands), per_layer, sample_queries, seed, sinks)
+
+
+def measure_output_error(
+    model: torch.nn.Module,
+    batches: Sequence[torch.Tensor],
+    candidates: Sequence[int],
+    *,
+    sample_queries: int = 64,
+    seed: int = 0,
+    sinks: int = 0,
+) -> torch.Tensor:
+    """(n_layer, Hq, n_windows) float64: mean squared change of each head's residual-stream
+    contribution when cut to each candidate window with `sinks` sinks (`hf_output_error`)."""
+
+    def per_layer(
+        module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: dict
+    ) -> torch.Tensor:
+        return output_error(q, k, v, output_projection(module), cands, sinks, **opts)
+
+    cands = check_candidates(candidates)
+    return _probe_means(model, batches, len(cands), per_layer, sample_queries, seed, sinks)
+
+
+def _probe_means(
+    model: torch.nn.Module,
+    batches: Sequence[torch.Tensor],
+    n_windows: int,
+    per_layer: Any,
+    sample_queries: int,
+    seed: int,
+    sinks: int,
+) -> torch.Tensor:
+    """Mean over `batches` of `per_layer(module, q, k, v, opts)` (Hq, n_windows) per layer."""
     check_int("sinks", sinks, minimum=0)
     if not batches:
         raise ValueError("no calibration batches")
     lay = layout(model)
     index = {id(m): i for i, m in enumerate(lay.modules)}
-    total = torch.zeros(lay.n_layer, lay.n_head, len(cands), dtype=torch.float64)
+    total = torch.zeros(lay.n_layer, lay.n_head, n_windows, dtype=torch.float64)
     calls = torch.zeros(lay.n_layer)
     batch_no = [0]
 
@@ -87,12 +133,8 @@ def measure_mass(
     ) -> None:
         # A fresh sample of query positions per batch.
         opts = {"sample_queries": sample_queries, "seed": seed + batch_no[0], "scale": scale}
-        if sinks:
-            mass = mass_beyond_given_sinks(q.detach(), k.detach(), cands, sinks, **opts)
-        else:
-            mass = mass_beyond(q.detach(), k.detach(), v.detach(), cands, **opts)
         layer = index[id(module)]
-        total[layer] += mass.double()
+        total[layer] += per_layer(module, q.detach(), k.detach(), v.detach(), opts).double()
         calls[layer] += 1
 
     was_training = model.training
@@ -271,7 +313,9 @@ def search_plan(
         seq_len: calibration length T (default 512, capped by the model and the data).
         candidates: ascending windows (default `default_candidates(T)`).
         sample_queries: exact attention rows per head and batch (mass signal).
-        signal: "mass" (attention mass beyond each window, one pass) or "loss" (the loss rise
+        signal: "mass" (attention mass beyond each window, one pass), "output" (the squared
+            change of each head's residual-stream contribution, `hf_output_error`, one pass;
+            the better allocation on pretrained models, docs/pretrained.md) or "loss" (the loss rise
             of cutting each KV head alone to each window: one pass per (KV head, candidate <
             T), `hf_ablation`).
         progress: a progress bar over the loss signal's passes.
@@ -295,9 +339,11 @@ def search_plan(
             costs, cands, t, budget, name, n_head=layout(model).n_head, shape=shape,
             sinks=sinks, kv_budget=kv_budget,
         )  # fmt: skip
-    mass = measure_mass(
-        model, batches, cands, sample_queries=sample_queries, seed=seed, sinks=sinks
+    measure = measure_output_error if signal == "output" else measure_mass
+    cost = measure(model, batches, cands, sample_queries=sample_queries, seed=seed, sinks=sinks)
+    plan = plan_from_mass(
+        cost, cands, t, budget, name, shape=shape, sinks=sinks, kv_budget=kv_budget
     )
-    return plan_from_mass(
-        mass, cands, t, budget, name, shape=shape, sinks=sinks, kv_budget=kv_budget
-    )
+    if signal == "output":  # lost_mass would be the summed output error: not a mass
+        plan = replace(plan, lost_mass=None, signal="output")
+    return plan

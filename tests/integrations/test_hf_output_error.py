@@ -1,0 +1,40 @@
+"""The output-error signal against an independent recompute: the reference backend's windowed
+attention (with sinks) against SDPA's full causal attention, projected by W_o, every row."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aah.attention import windowed_attention
+from aah.integrations.hf_output_error import output_error
+
+
+@pytest.mark.parametrize("sinks", [0, 2])
+def test_output_error_matches_a_full_recompute(sinks: int) -> None:
+    gen = torch.Generator().manual_seed(0)
+    b, hq, hkv, t, d, e = 2, 4, 2, 24, 8, 12
+    q, k, v = (torch.randn(b, h, t, d, generator=gen) for h in (hq, hkv, hkv))
+    w_o = torch.randn(e, hq * d, generator=gen)
+    candidates = [1, 4, 9, t]
+    got = output_error(q, k, v, w_o, candidates, sinks, sample_queries=t)  # every row 1..T-1
+    rep = hq // hkv
+    full = torch.nn.functional.scaled_dot_product_attention(
+        q.double(), k.double().repeat_interleave(rep, 1), v.double().repeat_interleave(rep, 1),
+        is_causal=True,
+    )  # fmt: skip
+    proj = w_o.double().view(e, hq, d)
+    for c, w in enumerate(candidates):
+        cut = windowed_attention(q, k, v, [w] * hq, sinks=sinks, backend="reference").double()
+        moved = torch.einsum("bhtd,ehd->bhte", full - cut, proj)[:, :, 1:]
+        want = moved.pow(2).sum(-1).mean(dim=(0, 2))
+        torch.testing.assert_close(got[:, c], want, rtol=1e-4, atol=1e-6)
+    assert torch.all(got[:, -1] < 1e-8)  # the full window moves nothing
+    assert torch.all(got[:, 0] > got[:, 1])  # a narrower window moves more (random heads)
+
+
+def test_output_error_refuses_a_projection_of_the_wrong_width() -> None:
+    q = torch.randn(1, 4, 8, 8)
+    k = v = torch.randn(1, 2, 8, 8)
+    with pytest.raises(ValueError, match=r"output projection of \(12, 16\)"):
+        output_error(q, k, v, torch.randn(12, 16), [2, 8])
