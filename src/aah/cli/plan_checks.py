@@ -71,13 +71,13 @@ def check_budget_flags(budget: float | None, kv_mb: float | None, sinks: int) ->
 
 
 def check_signal_flag(signal: str, heldout: str | None) -> None:
-    """--signal is mass or loss; the --heldout budget sweep allocates on mass only."""
+    """--signal is one of SIGNALS; the --heldout budget sweep allocates on mass only."""
     from aah.integrations.hf_cli import SIGNALS
 
     if signal not in SIGNALS:
         raise ValueError(f"--signal must be one of {', '.join(SIGNALS)}, got {signal!r}")
-    if signal == "loss" and heldout:
+    if signal != "mass" and heldout:
         raise ValueError(
-            "--heldout sweeps budgets on the mass signal only; with --signal loss write the "
+            f"--heldout sweeps budgets on the mass signal only; with --signal {signal} write the "
             "plan, then score it with `aah plan apply --plan FILE --text HELDOUT`"
         )

@@ -65,66 +65,50 @@ def check_signal(signal: str) -> str:
     return signal
 
 
-def measure_mass(
+def _mass_rows(
+    module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    candidates: list[int], sinks: int, opts: dict[str, Any],
+) -> torch.Tensor:  # fmt: skip
+    if sinks:
+        return mass_beyond_given_sinks(q, k, candidates, sinks, **opts)
+    return mass_beyond(q, k, v, candidates, **opts)
+
+
+def _output_rows(
+    module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    candidates: list[int], sinks: int, opts: dict[str, Any],
+) -> torch.Tensor:  # fmt: skip
+    return output_error(q, k, v, output_projection(module), candidates, sinks, **opts)
+
+
+#: What each one-pass signal measures per layer: (Hq, n_windows) from the layer's q, k, v.
+PROBED = {"mass": _mass_rows, "output": _output_rows}
+
+
+def measure_signal(
     model: torch.nn.Module,
     batches: Sequence[torch.Tensor],
     candidates: Sequence[int],
+    signal: str = "mass",
     *,
     sample_queries: int = 64,
     seed: int = 0,
     sinks: int = 0,
 ) -> torch.Tensor:
-    """(n_layer, Hq, n_windows) float64: mean attention mass beyond each candidate window and
-    outside the first `sinks` keys."""
-
-    def per_layer(
-        module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: dict
-    ) -> torch.Tensor:
-        if sinks:
-            return mass_beyond_given_sinks(q, k, cands, sinks, **opts)
-        return mass_beyond(q, k, v, cands, **opts)
-
+    """(n_layer, Hq, n_windows) float64, the mean over `batches` of a one-pass signal:
+    "mass", the attention mass beyond each candidate window and outside the first `sinks`
+    keys; "output", the squared change of each head's residual-stream contribution when cut
+    to each candidate with `sinks` sinks (`hf_output_error`)."""
+    if signal not in PROBED:
+        raise ValueError(f"one-pass signal must be one of {', '.join(PROBED)}, got {signal!r}")
     cands = check_candidates(candidates)
-    return _probe_means(model, batches, len(cands), per_layer, sample_queries, seed, sinks)
-
-
-def measure_output_error(
-    model: torch.nn.Module,
-    batches: Sequence[torch.Tensor],
-    candidates: Sequence[int],
-    *,
-    sample_queries: int = 64,
-    seed: int = 0,
-    sinks: int = 0,
-) -> torch.Tensor:
-    """(n_layer, Hq, n_windows) float64: mean squared change of each head's residual-stream
-    contribution when cut to each candidate window with `sinks` sinks (`hf_output_error`)."""
-
-    def per_layer(
-        module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: dict
-    ) -> torch.Tensor:
-        return output_error(q, k, v, output_projection(module), cands, sinks, **opts)
-
-    cands = check_candidates(candidates)
-    return _probe_means(model, batches, len(cands), per_layer, sample_queries, seed, sinks)
-
-
-def _probe_means(
-    model: torch.nn.Module,
-    batches: Sequence[torch.Tensor],
-    n_windows: int,
-    per_layer: Any,
-    sample_queries: int,
-    seed: int,
-    sinks: int,
-) -> torch.Tensor:
-    """Mean over `batches` of `per_layer(module, q, k, v, opts)` (Hq, n_windows) per layer."""
     check_int("sinks", sinks, minimum=0)
     if not batches:
         raise ValueError("no calibration batches")
+    rows = PROBED[signal]
     lay = layout(model)
     index = {id(m): i for i, m in enumerate(lay.modules)}
-    total = torch.zeros(lay.n_layer, lay.n_head, n_windows, dtype=torch.float64)
+    total = torch.zeros(lay.n_layer, lay.n_head, len(cands), dtype=torch.float64)
     calls = torch.zeros(lay.n_layer)
     batch_no = [0]
 
@@ -134,7 +118,7 @@ def _probe_means(
         # A fresh sample of query positions per batch.
         opts = {"sample_queries": sample_queries, "seed": seed + batch_no[0], "scale": scale}
         layer = index[id(module)]
-        total[layer] += per_layer(module, q.detach(), k.detach(), v.detach(), opts).double()
+        total[layer] += rows(module, q.detach(), k.detach(), v.detach(), cands, sinks, opts)
         calls[layer] += 1
 
     was_training = model.training
@@ -150,6 +134,20 @@ def _probe_means(
     if (calls != len(batches)).any():
         raise RuntimeError(f"probe ran {calls.tolist()} times per layer for {len(batches)} batches")
     return total / len(batches)
+
+
+def measure_mass(
+    model: torch.nn.Module, batches: Sequence[torch.Tensor], candidates: Sequence[int], **kw: Any
+) -> torch.Tensor:
+    """`measure_signal(..., "mass", **kw)`."""
+    return measure_signal(model, batches, candidates, "mass", **kw)
+
+
+def measure_output_error(
+    model: torch.nn.Module, batches: Sequence[torch.Tensor], candidates: Sequence[int], **kw: Any
+) -> torch.Tensor:
+    """`measure_signal(..., "output", **kw)`."""
+    return measure_signal(model, batches, candidates, "output", **kw)
 
 
 def check_budget(budget: float | None, kv_budget: int | None) -> None:
@@ -339,8 +337,9 @@ def search_plan(
             costs, cands, t, budget, name, n_head=layout(model).n_head, shape=shape,
             sinks=sinks, kv_budget=kv_budget,
         )  # fmt: skip
-    measure = measure_output_error if signal == "output" else measure_mass
-    cost = measure(model, batches, cands, sample_queries=sample_queries, seed=seed, sinks=sinks)
+    cost = measure_signal(
+        model, batches, cands, signal, sample_queries=sample_queries, seed=seed, sinks=sinks
+    )
     plan = plan_from_mass(
         cost, cands, t, budget, name, shape=shape, sinks=sinks, kv_budget=kv_budget
     )
