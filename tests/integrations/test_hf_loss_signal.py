@@ -170,15 +170,17 @@ def test_bad_signal_values_are_named(capsys) -> None:
         parser.parse_args(["m", "--text", "t", "--out", "o", "--signal", "gradient"])
     assert "invalid choice: 'gradient'" in capsys.readouterr().err
     assert hf_cli.SIGNALS == hf_plan.SIGNALS
-    with pytest.raises(ValueError, match="signal must be one of mass, loss, got 'gradient'"):
+    with pytest.raises(ValueError, match="one of mass, output, loss, got 'gradient'"):
         search_plan(tiny_model("llama"), ids(), 0.3, signal="gradient")
-    with pytest.raises(ValueError, match="--signal must be one of mass, loss, got 'Loss'"):
+    with pytest.raises(ValueError, match="--signal must be one of mass, output, loss, got 'Loss'"):
         check_signal_flag("Loss", None)
     with pytest.raises(ValueError, match="--heldout sweeps budgets on the mass signal only"):
         check_signal_flag("loss", "heldout.txt")
+    with pytest.raises(ValueError, match="with --signal output write the plan"):
+        check_signal_flag("output", "heldout.txt")
     check_signal_flag("loss", None)
     good = json.loads(SearchedPlan([[4]], 0.5, 0.4, [4], "m", 8).to_json())
-    with pytest.raises(ValueError, match="signal must be one of mass, loss, got 'entropy'"):
+    with pytest.raises(ValueError, match="signal must be one of mass, output, loss, got 'entropy'"):
         SearchedPlan.from_json(json.dumps({**good, "signal": "entropy"}))
     with pytest.raises(ValueError, match="loss_increase must be a finite number, got 'x'"):
         SearchedPlan.from_json(json.dumps({**good, "loss_increase": "x"}))
