@@ -28,12 +28,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 import random
 import sys
 import sysconfig
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -56,14 +54,6 @@ from aah.report.stats import estimate
 
 CALIB_PACKAGES = ("json", "email", "http")
 HELDOUT_PACKAGES = ("asyncio", "importlib", "unittest", "concurrent", "logging")
-
-
-@dataclass(frozen=True)
-class WithSinks:
-    """A plan [layer][query head] with its sinks, as `hf.apply` reads them."""
-
-    windows: list[list[int]]
-    sinks: list[list[int]]
 
 
 def default_model() -> str:
@@ -145,23 +135,22 @@ def main() -> None:
     cands = default_candidates(t)
     plans = {"uniform": uniform_plan(shape, lay.n_layer, lay.n_head, t, s, budget)}
     wanted = args.signals.split(",")
-    mass = measure_mass(model, calib, cands, sinks=s) if "mass" in args.signals else None
-    err = measure_output_error(model, calib, cands, sinks=s) if "output" in wanted else None
-    print(f"measured in {time.time() - t0:.0f} s", flush=True)
-    floor = [c for c in cands if c >= t // 8]
-    signals = {
-        "mass": lambda: (mass, cands),
-        "mass-floor": lambda: (mass[..., -len(floor) :], floor),
-        "output": lambda: (err, cands),
-    }
+    signals = {}  # name -> (cost (L, Hq, n_w), its candidates)
+    if {"mass", "mass-floor"} & set(wanted):
+        mass = measure_mass(model, calib, cands, sinks=s)
+        floor = [c for c in cands if c >= t // 8]
+        signals |= {"mass": (mass, cands), "mass-floor": (mass[..., -len(floor) :], floor)}
+    if "output" in wanted:
+        signals["output"] = (measure_output_error(model, calib, cands, sinks=s), cands)
+    print(f"loaded and measured in {time.time() - t0:.0f} s", flush=True)
     for name in wanted:
-        signal, cs = signals[name]()
+        signal, cs = signals[name]
         alloc = allocate_kv_heads(signal, cs, t, shape, sinks=s, kv_budget=budget)
         plans[name] = alloc.windows
         plans[f"{name}-shuffled"] = shuffled_twin(alloc.windows, lay.n_kv_head, seed=1)
     losses = {"full": block_losses(model, held)}
     for name, plan in plans.items():
-        with applied(model, WithSinks(plan, sink_rows)):
+        with applied(model, plan, sinks=s):
             losses[name] = block_losses(model, held)
         print(f"{name}: {sum(losses[name]) / len(held):.4f} ({time.time() - t0:.0f} s)", flush=True)
     base = losses["uniform"]
@@ -197,7 +186,6 @@ def main() -> None:
             f"Holm p {r['holm_p']:.3g}"
         )
     print(f"uniform: w={result['uniform_window']} loss {result['uniform_loss']:.4f}")
-    assert math.isfinite(result["uniform_loss"])
 
 
 if __name__ == "__main__":

@@ -169,3 +169,10 @@ def test_output_signal_search_on_every_family(family: str) -> None:
     assert plan.signal == "output" and plan.lost_mass is None
     assert plan.coverage <= 0.4 and len(plan.windows) == 2
     assert SearchedPlan.from_json(plan.to_json()) == plan
+
+
+def test_applied_takes_sinks_and_puts_the_model_back() -> None:
+    model = tiny_model("llama")
+    with hf.applied(model, [[8] * 4] * 2, sinks=2):
+        assert hf.current_sinks(model) == [[2] * 4] * 2
+    assert hf.current_plan(model) is None and model.config._attn_implementation == "sdpa"

@@ -221,12 +221,15 @@ def probing(model: torch.nn.Module, probe: Probe) -> Iterator[Layout]:
 
 
 @contextmanager
-def applied(model: torch.nn.Module, plan: Any, *, backend: str = "auto") -> Iterator[None]:
-    """`apply(model, plan)` inside the block; the previous plan (or none) is back on exit."""
+def applied(
+    model: torch.nn.Module, plan: Any, *, backend: str = "auto", sinks: Any = None
+) -> Iterator[None]:
+    """`apply(model, plan, sinks=sinks)` inside the block; the previous plan (or none) is back
+    on exit."""
     before, before_sinks = current_plan(model), current_sinks(model)
     previous_backend = getattr(layout(model).modules[0], BACKEND_ATTR, "auto")
     try:
-        apply(model, plan, backend=backend)
+        apply(model, plan, backend=backend, sinks=sinks)
         yield
     finally:
         if before is None:

@@ -17,9 +17,9 @@ to each window (`loss`, `hf_ablation`: one pass per KV head and candidate).
 
 Models load through `hf_load.load_model`: a GGUF file or a folder holding one, or a
 transformers folder, work offline; a hub name needs network access (and is cached by
-huggingface_hub as usual). The tokenizer is loaded
-from the same place when it has one; otherwise text is read as UTF-8 bytes, which only suits
-models with vocab_size >= 256 (random test models). Both commands print a human summary and,
+huggingface_hub as usual). The tokenizer is loaded from the same place when it has one;
+otherwise text is read as UTF-8 bytes, which only suits models with vocab_size >= 256
+(random test models). Both commands print a human summary and,
 as their last stdout line, one JSON object.
 """
 

@@ -39,7 +39,7 @@ def output_error(
     scale: float | None = None,
 ) -> torch.Tensor:
     """(Hq, n_windows) float64 on CPU: mean || W_o,h (o - o_w) ||^2 (module docstring) over
-    `sample_queries` seeded positions per sequence (drawn from 1..T-1; all of them when fewer)."""
+    `sample_queries` seeded positions per sequence, drawn from 1..T-1 (all of them when fewer)."""
     check_int("sinks", sinks, minimum=0)
     check_int("sample_queries", sample_queries, minimum=1)
     batch, n_q, seq_len, dim = q.shape
@@ -55,11 +55,13 @@ def output_error(
     proj = w_o.detach().float().view(-1, n_q, dim)  # (E, Hq, D)
     total = torch.zeros(n_q, len(candidates), dtype=torch.float64)
     keys = torch.arange(seq_len, device=q.device)
+    if seq_len < 2:  # row 0 sees only itself, which every window keeps: nothing moves
+        return total
     with torch.no_grad():
         for b in range(batch):
-            n_s = min(sample_queries, seq_len - 1) if seq_len > 1 else 1
-            pos = (torch.randperm(max(seq_len - 1, 1), generator=gen)[:n_s] + 1).sort().values
-            pos = pos.clamp_max(seq_len - 1).to(q.device)
+            # Rows 1..T-1 only, for the reason above (all of them when fewer are asked for).
+            pos = torch.randperm(seq_len - 1, generator=gen)[:sample_queries].add_(1).sort().values
+            pos = pos.to(q.device)
             qs = q[b, :, pos].float() * scale  # (Hq, S, D)
             kk = k[b].float().repeat_interleave(group, 0)  # (Hq, T, D)
             vv = v[b].float().repeat_interleave(group, 0)
