@@ -1,21 +1,33 @@
-"""Families of paired comparisons with a Holm correction, and the verdict rule of the report.
+"""The Holm families of a suite report, declared once, and the verdict rule.
 
-A suite makes two families of comparisons on final val_bpb, each pair matched on seed:
-every regime against `full`, and the matched controls named in `MATCHED` (a controller
-against the control that differs from it in one respect). Within a family, Holm's
-step-down correction adjusts the p-values (Student's t over the per-seed differences). A
-comparison is decided only with at least `MIN_SEEDS` seeds and a Holm-adjusted p below
+Every p-value the report adjusts belongs to exactly one family declared here (`FAMILIES`),
+before any number is computed: a family names the question it asks (which pairs), the metric
+it tests, the test, and the date it was declared. `evidence` computes each comparison once,
+Holm-corrects it within its family, and every table and finding of the report reads that same
+`Comparison`, so one comparison (regime pair, metric) never shows two adjusted p-values. A pair
+that an earlier family already tests on the same metric is not tested again by a later one.
+
+A declared family is never edited: a family that must change (other pairs, another metric or
+test) is a new family with a new name and date, and REPORT.md prints the name and date beside
+each family's table.
+
+A comparison is decided only with at least `MIN_SEEDS` seeds and a Holm-adjusted p below
 `ALPHA`; everything else is "undecided", whatever its sign.
+
+Why here and not in the suite's TOML: the report reads only the results directory (the CSV
+and the cells' run directories, whose config.toml is a run config without the suite's tables),
+and `aah sweep` rejects tables it does not know; one declaration in this module is what every
+report of every suite, old results included, is built from.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 
 from aah.report import stats
-from aah.report.suite_data import Suite
+from aah.report.suite_data import AAH_PREFIX, BASELINE, Suite
 
 ALPHA = 0.05
 MIN_SEEDS = 5
@@ -79,12 +91,109 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return out
 
 
+Pairs = list[tuple[str, str]]
+
+
+def aah_regimes(regimes: Sequence[str]) -> list[str]:
+    """The AAH-v3 controllers among `regimes`: a replay twin carries the prefix but replays
+    logged plans, so it is a control, not AAH-v3."""
+    return [r for r in regimes if r.startswith(AAH_PREFIX) and not r.endswith(TWIN_SUFFIXES)]
+
+
+def _against_full(regimes: Sequence[str]) -> Pairs:
+    return [(r, BASELINE) for r in regimes if r != BASELINE] if BASELINE in regimes else []
+
+
+def _matched(regimes: Sequence[str]) -> Pairs:
+    return [(r, c) for r, c in MATCHED if r in regimes and c in regimes]
+
+
+#: the simple controls of the paper's second finding
+PAPER_CONTROLS = ("fixed", "random")
+
+
+def _aah_vs_controls(regimes: Sequence[str]) -> Pairs:
+    controls = [c for c in PAPER_CONTROLS if c in regimes]
+    return [(r, c) for r in aah_regimes(regimes) for c in controls]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One Holm family: a question (the pairs it compares, from the suite's regimes), the
+    metric it tests and the test. Declared once, never edited: a change is a new family with
+    a new name and date."""
+
+    name: str
+    date: str  # when it was declared (ISO date)
+    question: str  # what it compares, in words
+    metric: str  # the results-CSV column tested
+    test: str  # "t" (Student's t over seeds) or "sign-flip" (exact permutation, stats.py)
+    pairs: Callable[[Sequence[str]], Pairs] = field(repr=False, compare=False)
+    keep_unpaired: bool = False  # list a pair with no common seed (shown as such, no p)
+    bounds: tuple[float, float] | None = None  # the range a difference can take
+
+    @property
+    def label(self) -> str:
+        """How the report names it beside its table."""
+        return f"Holm family `{self.name}` (declared {self.date})"
+
+    @property
+    def heading(self) -> str:
+        """The line the report prints above the family's table."""
+        return (
+            f"{self.label}: {self.question}; final `{self.metric}`, paired on seed; "
+            f"{TESTS[self.test]}."
+        )
+
+
+TESTS = {
+    "t": "95% CI and p from Student's t over the per-seed differences",
+    "sign-flip": "p from the exact paired sign-flip permutation test over seeds (every sign "
+    "pattern of the per-seed differences), 95% CI from inverting it",
+}
+
+
+DECLARED = "2026-12-03"
+#: (a) every regime against full, on bits/byte.
+AGAINST_FULL = Family(
+    "against-full/val_bpb", DECLARED, "every regime against `full`", "val_bpb", "t",
+    _against_full, keep_unpaired=True,
+)  # fmt: skip
+#: (b) the matched pairs (MATCHED), on bits/byte.
+MATCHED_BPB = Family(
+    "matched/val_bpb", DECLARED, "the matched pairs (a regime against the control that "
+    "differs from it in one respect)", "val_bpb", "t", _matched,
+)  # fmt: skip
+#: (c) the paper's second finding: each AAH-v3 regime against fixed and random. Its pairs
+#: against `random` are matched pairs, tested once in (b); what is left is AAH vs fixed.
+PAPER_CONTROLS_BPB = Family(
+    "paper-controls/val_bpb", DECLARED, "each AAH-v3 regime against `fixed` and `random` "
+    "(a pair already in an earlier family is tested there)", "val_bpb", "t", _aah_vs_controls,
+)  # fmt: skip
+#: (a) and (b) on a generated task's far-bucket accuracy, with the exact sign-flip test.
+AGAINST_FULL_ACC = Family(
+    "against-full/val_acc_far", DECLARED, "every regime against `full`", "val_acc_far",
+    "sign-flip", _against_full, keep_unpaired=True, bounds=(-1.0, 1.0),
+)  # fmt: skip
+MATCHED_ACC = Family(
+    "matched/val_acc_far", DECLARED, "the matched pairs", "val_acc_far", "sign-flip",
+    _matched, bounds=(-1.0, 1.0),
+)  # fmt: skip
+#: Every family of the report, in the order that decides which family tests a pair two
+#: questions share (the first one).
+FAMILIES: tuple[Family, ...] = (
+    AGAINST_FULL, MATCHED_BPB, PAPER_CONTROLS_BPB, AGAINST_FULL_ACC, MATCHED_ACC,
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Comparison:
-    """One paired comparison (pair.regime - pair.baseline) and its Holm-adjusted p."""
+    """One paired comparison (pair.regime - pair.baseline) and its Holm-adjusted p within
+    its family (None: a bare `family()` call, outside the declared families)."""
 
     pair: stats.Paired
     holm_p: float
+    family: Family | None = None
 
     @property
     def verdict(self) -> str:
@@ -106,26 +215,59 @@ def family_size(comps: Collection[Comparison], where: str = "of this table") -> 
     return text
 
 
-def family(pairs: Sequence[stats.Paired]) -> list[Comparison]:
+def family(pairs: Sequence[stats.Paired], declared: Family | None = None) -> list[Comparison]:
+    """Holm over `pairs` (one family)."""
     adjusted = holm([p.estimate.p for p in pairs])
-    return [Comparison(p, q) for p, q in zip(pairs, adjusted, strict=True)]
+    return [Comparison(p, q, declared) for p, q in zip(pairs, adjusted, strict=True)]
 
 
-def against_full(suite: Suite, metric: str = "val_bpb") -> dict[str, Comparison]:
-    """regime -> its comparison with full (one family over every regime)."""
-    pairs = stats.paired(suite.rows, metric)
-    regimes = [r for r in suite.regimes[1:] if r in pairs]
-    return dict(zip(regimes, family([pairs[r] for r in regimes]), strict=True))
+def _has_metric(suite: Suite, metric: str) -> bool:
+    return bool(suite.rows) and all(r.get(metric) is not None for r in suite.rows)
 
 
-def matched(suite: Suite, metric: str = "val_bpb") -> list[Comparison]:
-    """The MATCHED pairs present in the suite (one family), in MATCHED order."""
-    pairs = []
-    for regime, control in MATCHED:
-        if regime in suite.regimes and control in suite.regimes:
-            mine = stats.by_seed(suite.rows, regime, metric)
-            theirs = stats.by_seed(suite.rows, control, metric)
-            pair = stats.paired_by_seed(regime, mine, control, theirs)
-            if pair.n:
-                pairs.append(pair)
-    return family(pairs)
+@dataclass(frozen=True)
+class Evidence:
+    """Every comparison of one suite's report, each computed once in its declared family."""
+
+    families: dict[str, list[Comparison]]  # family name -> its comparisons, in pair order
+
+    def of(self, declared: Family) -> list[Comparison]:
+        return self.families.get(declared.name, [])
+
+    def get(self, regime: str, other: str, metric: str) -> Comparison | None:
+        """The comparison of regime - other on `metric`, from whichever family tests it."""
+        for comps in self.families.values():
+            for c in comps:
+                if (c.pair.regime, c.pair.baseline) == (regime, other) and (
+                    c.family is not None and c.family.metric == metric
+                ):
+                    return c
+        return None
+
+
+def evidence(suite: Suite, families: Sequence[Family] = FAMILIES) -> Evidence:
+    """Each family's comparisons on `suite`, Holm-corrected within the family. A family whose
+    metric some row lacks (accuracy on a text suite) is empty; a pair that an earlier family
+    already tests on the same metric (in either direction) is left to that family."""
+    tested: set[tuple[frozenset[str], str]] = set()
+    out: dict[str, list[Comparison]] = {}
+    for declared in families:
+        pairs = []
+        if _has_metric(suite, declared.metric):
+            for regime, other in declared.pairs(suite.regimes):
+                key = (frozenset((regime, other)), declared.metric)
+                if key in tested:
+                    continue
+                pair = stats.paired_by_seed(
+                    regime,
+                    stats.by_seed(suite.rows, regime, declared.metric),
+                    other,
+                    stats.by_seed(suite.rows, other, declared.metric),
+                    declared.test,
+                    declared.bounds,
+                )
+                if pair.n or declared.keep_unpaired:
+                    tested.add(key)
+                    pairs.append(pair)
+        out[declared.name] = family(pairs, declared)
+    return Evidence(out)

@@ -1,5 +1,6 @@
 """What holds at this scale: each regime against full, and the paper's findings checked one by
-one. Sentences only classify what the 95% CIs over seeds show."""
+one. Sentences only classify what the comparisons show, and every comparison they cite is the
+one of the report's tables (comparisons.evidence: one family, one adjusted p per pair)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 
 from aah.report import comparisons, stats
 from aah.report.markdown import ci_text, fmt, p_text, seeds_text, threads_text
-from aah.report.suite_data import AAH_PREFIX, BASELINE, Suite
+from aah.report.suite_data import BASELINE, Suite
 
 
 def _status(comp: comparisons.Comparison, yes_if_lower: bool) -> str:
@@ -70,61 +71,70 @@ def _claim(number: int, claim: str, verdict: str, details: list[str], rule: str)
     return f"{number}. *{claim}* — **{verdict}**. {'; '.join(details)}. Rule: {rule}."
 
 
-def _claim_local(suite: Suite, local: list[str]) -> str:
+def _cite(c: comparisons.Comparison, name_family: bool = False) -> str:
+    """'(Holm p 0.071, undecided)', naming the comparison's family when asked."""
+    where = f" in `{c.family.name}`" if name_family and c.family is not None else ""
+    return f"(Holm p {p_text(c.holm_p)}{where}, {c.verdict})"
+
+
+def _claim_local(suite: Suite, local: list[str], evidence: comparisons.Evidence) -> str:
     text = "local windows (fixed, random, AAH regimes) matched or beat full in val loss"
+    declared = comparisons.AGAINST_FULL
     rule = (
-        "holds if every one is decided lower than full (Δ val_loss paired on seed, Holm "
-        f"over these comparisons, >= {comparisons.MIN_SEEDS} seeds), does not hold if any is "
-        "decided higher, else undecided"
+        "holds if every one is decided lower than full, does not hold if any is decided "
+        f"higher, else undecided; each is its comparison in {declared.label}: Holm over "
+        f"every regime against full, >= {comparisons.MIN_SEEDS} seeds, on val_bpb (= val_loss "
+        "/ ln 2, the same test)"
     )
     if not suite.has_baseline:
         return _claim(1, text, "not testable", ["Needs `full` and a local regime"], rule)
-    pairs = stats.paired(suite.rows, "val_loss")
-    items = [pairs[r] for r in local if r in pairs and pairs[r].n]
-    if not items:
+    comps = [
+        c
+        for r in local
+        if (c := evidence.get(r, BASELINE, declared.metric)) is not None and c.pair.n
+    ]
+    if not comps:
         return _claim(1, text, "not testable", ["Needs `full` and a local regime"], rule)
-    comps = comparisons.family(items)
     statuses = [_status(c, True) for c in comps]
     details = [
         f"`{c.pair.regime}` {fmt(c.pair.estimate.mean, '+.4f')} {ci_text(c.pair.estimate.ci)} "
-        f"(Holm p {p_text(c.holm_p)}, {c.verdict})"
+        f"{_cite(c)}"
         for c in comps
     ]
-    details[0] = "Δ val_loss vs full, mean [95% CI]: " + details[0]
-    return _claim(1, text, _overall(statuses, min(p.n for p in items)), details, rule)
+    details[0] = "Δ val_bpb vs full, mean [95% CI]: " + details[0]
+    return _claim(1, text, _overall(statuses, min(c.pair.n for c in comps)), details, rule)
 
 
-def _claim_controls(suite: Suite, aah: list[str]) -> str:
+def _claim_controls(suite: Suite, aah: list[str], evidence: comparisons.Evidence) -> str:
     text = "simple fixed/random controls were about as good as the adaptive hierarchy"
+    metric = comparisons.PAPER_CONTROLS_BPB.metric
     rule = (
-        "every AAH regime against each control (fixed, random), paired on seed, Holm over "
-        f"all of them, >= {comparisons.MIN_SEEDS} seeds; does not hold if any AAH regime is "
-        "decided lower than a control; otherwise undecided (equivalence is not tested)"
+        "every AAH regime against each control (fixed, random), paired on seed, each pair's "
+        f"comparison from the family that tests it (AAH vs random: {comparisons.MATCHED_BPB.label}"
+        f"; AAH vs fixed: {comparisons.PAPER_CONTROLS_BPB.label}), "
+        f">= {comparisons.MIN_SEEDS} seeds; does not hold if any AAH regime is decided lower "
+        "than a control; otherwise undecided (equivalence is not tested)"
     )
-    controls = [r for r in ("fixed", "random") if r in suite.regimes]
+    controls = [r for r in comparisons.PAPER_CONTROLS if r in suite.regimes]
     if not aah or not controls:
         needs = ["Needs an aah-v3-* regime and fixed or random"]
         return _claim(2, text, "not testable", needs, rule)
-    pairs = []
-    for regime in aah:
-        mine = stats.by_seed(suite.rows, regime, "val_loss")
-        for control in controls:
-            theirs = stats.by_seed(suite.rows, control, "val_loss")
-            pair = stats.paired_by_seed(regime, mine, control, theirs)
-            if pair.n:
-                pairs.append(pair)
-    if not pairs:
+    comps = [
+        c
+        for regime in aah
+        for control in controls
+        if (c := evidence.get(regime, control, metric)) is not None and c.pair.n
+    ]
+    if not comps:
         return _claim(2, text, "not testable", ["No AAH regime shares a seed with a control"], rule)
-    comps = comparisons.family(pairs)
-    details = ["Δ val_loss (AAH − control) mean [95% CI]"] + [
+    details = ["Δ val_bpb (AAH − control) mean [95% CI]"] + [
         f"`{c.pair.regime}` vs `{c.pair.baseline}` {fmt(c.pair.estimate.mean, '+.4f')} "
-        f"{ci_text(c.pair.estimate.ci)} (Holm p {p_text(c.holm_p)}, {c.verdict})"
+        f"{ci_text(c.pair.estimate.ci)} {_cite(c, name_family=True)}"
         for c in comps
     ]
     contradicted = any(c.verdict == "lower" for c in comps)
-    verdict = (
-        "does not hold" if contradicted else f"undecided at {seeds_text(min(p.n for p in pairs))}"
-    )
+    n = min(c.pair.n for c in comps)
+    verdict = "does not hold" if contradicted else f"undecided at {seeds_text(n)}"
     return _claim(2, text, verdict, details, rule)
 
 
@@ -150,25 +160,32 @@ def _claim_speed(aah: list[str], ratios: dict[str, dict[int, float]]) -> str:
     return _claim(3, text, verdict, details, rule)
 
 
-def _claims(suite: Suite, ratios: dict[str, dict[int, float]]) -> list[str]:
+def _claims(
+    suite: Suite, ratios: dict[str, dict[int, float]], evidence: comparisons.Evidence
+) -> list[str]:
     """The paper's findings (as the paper reports them), each checked against this suite."""
-    # A replay twin carries the prefix but replays logged plans: it is a control, not AAH-v3.
-    aah = [
-        r
-        for r in suite.regimes
-        if r.startswith(AAH_PREFIX) and not r.endswith(comparisons.TWIN_SUFFIXES)
+    aah = comparisons.aah_regimes(suite.regimes)  # replay twins are controls, not AAH-v3
+    local = [r for r in suite.regimes if r in comparisons.PAPER_CONTROLS] + aah
+    return [
+        _claim_local(suite, local, evidence),
+        _claim_controls(suite, aah, evidence),
+        _claim_speed(aah, ratios),
     ]
-    local = [r for r in suite.regimes if r in ("fixed", "random")] + aah
-    return [_claim_local(suite, local), _claim_controls(suite, aah), _claim_speed(aah, ratios)]
 
 
-def findings(suite: Suite, ratios: dict[str, dict[int, float]]) -> list[str]:
+def findings(
+    suite: Suite, ratios: dict[str, dict[int, float]], evidence: comparisons.Evidence
+) -> list[str]:
     lines = ["### What holds at this scale", ""]
-    family = comparisons.against_full(suite) if suite.has_baseline else {}
+    comps = evidence.of(comparisons.AGAINST_FULL)
+    family = {c.pair.regime: c for c in comps}
     if suite.regimes == [BASELINE]:
         lines.append("Only `full` in this suite: nothing to compare it with.")
     elif suite.has_baseline:
-        lines.append("Final val_bpb of each regime against full, paired on seed:")
+        lines.append(
+            "Final val_bpb of each regime against full, paired on seed; "
+            f"{comparisons.AGAINST_FULL.label}, as in the table above:"
+        )
         lines.append("")
         lines += [_regime_sentence(family[r], ratios.get(r, {})) for r in suite.regimes[1:]]
     else:
@@ -190,7 +207,7 @@ def findings(suite: Suite, ratios: dict[str, dict[int, float]]) -> list[str]:
             f"{comparisons.MIN_SEEDS} seeds.",
         ]
     lines += ["", "The paper's findings (as the paper reports them), checked on this suite:", ""]
-    return [*lines, *_claims(suite, ratios), ""]
+    return [*lines, *_claims(suite, ratios, evidence), ""]
 
 
 def identical_regimes(suite: Suite) -> list[list[str]]:

@@ -148,8 +148,8 @@ def _comparison_cells(comp: comparisons.Comparison | None) -> list[str]:
     ]  # fmt: skip
 
 
-def _matched_section(suite: Suite) -> list[str]:
-    family = comparisons.matched(suite)
+def _matched_section(suite: Suite, evidence: comparisons.Evidence) -> list[str]:
+    family = evidence.of(comparisons.MATCHED_BPB)
     if not family:
         return []
     rows = []
@@ -169,6 +169,8 @@ def _matched_section(suite: Suite) -> list[str]:
         )
         + ". Δ = regime − control on the same seed; Holm p corrects for the "
         f"{comparisons.family_size(family)}. {VERDICT_RULE} {COVERAGE_GAP_RULE}",
+        "",
+        comparisons.MATCHED_BPB.heading,
         "",
         *table(MATCHED_HEADER.split(" | "), rows),
         "",
@@ -265,12 +267,14 @@ def _suite_section(suite: Suite, out_dir: Path) -> list[str]:
         lines += baseline_lines(suite_baselines(suite.config))
     if suite.has_baseline:
         lines += context_use_section(suite)
+    evidence = comparisons.evidence(suite)  # every comparison of this suite, computed once
     lines += ["### Paired against full (per seed)", ""]
     if suite.regimes == [BASELINE]:
         lines += ["Only `full` in this suite: nothing to pair it with.", ""]
     elif suite.has_baseline:
-        family = comparisons.against_full(suite)
+        family = {c.pair.regime: c for c in evidence.of(comparisons.AGAINST_FULL)}
         rows = [[f"`{r}`", *_comparison_cells(family.get(r))] for r in suite.regimes[1:]]
+        lines += [comparisons.AGAINST_FULL.heading, ""]
         lines += [*table(PAIRED_HEADER.split(" | "), rows), ""]
         lines += [
             "Δ = regime − full on the same seed; negative is better. 95% CI and p from "
@@ -280,15 +284,15 @@ def _suite_section(suite: Suite, out_dir: Path) -> list[str]:
         ]
     else:
         lines += ["No `full` regime in this suite: no paired comparison.", ""]
-    lines += _matched_section(suite)
-    lines += accuracy_section(suite, VERDICT_RULE)
+    lines += _matched_section(suite, evidence)
+    lines += accuracy_section(suite, evidence, VERDICT_RULE)
     lines += topology_section(suite)
     eq = equal_time(suite) if suite.cells else "no cell run directories found"
     lines += _equal_time_section(suite, eq)
     lines += ["### Figures", ""]
     for name, caption in _figures(suite, eq, out_dir):
         lines += [f"![{caption}]({name})", ""]
-    return lines + findings(suite, ratios) + caveats(suite)
+    return lines + findings(suite, ratios, evidence) + caveats(suite)
 
 
 def build_suite_report(results_dir: Path, out_dir: Path | None = None) -> Path:
