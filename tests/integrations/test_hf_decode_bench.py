@@ -51,3 +51,24 @@ def test_bad_flags_name_the_value(capsys) -> None:
     assert "--kv-heads 3" in capsys.readouterr().err
     assert main(["bench", "hf-decode", "--coverage", "1.5"]) == 2
     assert "got 1.5" in capsys.readouterr().err
+
+
+def test_a_plan_file_is_scaled_to_each_context_and_held_exactly(tmp_path, capsys) -> None:
+    from aah.bench.hf_decode import scaled_plan
+    from aah.controller.plan import plan_to_json
+
+    plan = [[8, 8, 32, 32], [16, 16, 4, 4]]  # searched at T = 32: heads at 32 saw everything
+    path = tmp_path / "plan.json"
+    path.write_text(plan_to_json(plan, seq_len=32, sinks=2))
+    assert scaled_plan(str(path), 64, 70) == [[16, 16, 70, 70], [32, 32, 8, 8]]
+    bare = tmp_path / "bare.json"
+    bare.write_text(plan_to_json(plan))
+    assert scaled_plan(str(bare), 64, 70) == plan  # no seq_len recorded: used as it is
+    argv = ["bench", "hf-decode", "--seq-lens", "32,64", "--batch-size", "1", "--new-tokens",
+            "2", "--reps", "1", "--warmup", "0", "--plan", str(path), "--sinks", "2",
+            "--threads", "1", "--json", *TINY]  # fmt: skip
+    assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
+    assert all(r["formula_ok"] for r in rows)  # the cache holds what the scaled plan says
+    per_head = [r for r in rows if r["cache"] == "per-head"]
+    assert per_head[0]["kv_ratio"] == pytest.approx(per_head[1]["kv_ratio"], abs=0.05)

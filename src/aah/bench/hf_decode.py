@@ -68,8 +68,32 @@ def expected_kv_bytes(
     return batch * held * unit
 
 
+def scaled_plan(path: str, seq_len: int, full: int) -> list[list[int]]:
+    """The plan in `path` (export format, `aah.controller.plan.load_plan`) at context `seq_len`:
+    a plan that records the `seq_len` it was searched at has its windows scaled by
+    seq_len / that length, and a head that saw everything gets `full`, so the plan holds the
+    same share of the cache at every T; a plan without one is used as it is."""
+    from aah.controller.plan import load_plan
+    from aah.textfile import read_json
+
+    plan = load_plan(path)
+    data = read_json(path, "plan file")
+    searched = data.get("seq_len") if isinstance(data, dict) else None
+    if not searched:
+        return plan
+    return [
+        [full if w >= searched else max(1, round(w * seq_len / searched)) for w in row]
+        for row in plan
+    ]
+
+
 def build_model(args: argparse.Namespace, max_len: int) -> torch.nn.Module:
-    """The Llama-style model of the flags, fp32, eval mode, sdpa attention."""
+    """`--model` loaded (`hf_load.load_model`), else the Llama-style model of the flags; fp32,
+    eval mode, sdpa attention."""
+    if args.model:
+        from aah.integrations.hf_load import load_model
+
+        return load_model(args.model, "cpu")[0]
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(args.seed)
@@ -155,10 +179,13 @@ def bench_case(
     cfg = model.config
     rounds = args.warmup + args.reps
     max_len = seq_len + rounds * args.new_tokens  # positions fed (not the last token)
-    plan = kv_plan_for_coverage(
-        cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, seq_len,
-        max_len, args.coverage, args.window or max(1, seq_len // 32), args.sinks,
-    )  # fmt: skip
+    if args.plan:
+        plan = scaled_plan(args.plan, seq_len, max_len)
+    else:
+        plan = kv_plan_for_coverage(
+            cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, seq_len,
+            max_len, args.coverage, args.window or max(1, seq_len // 32), args.sinks,
+        )  # fmt: skip
     gen = torch.Generator().manual_seed(args.seed + seq_len + batch)
     prompt = torch.randint(2, cfg.vocab_size, (batch, seq_len), generator=gen)
     times: dict[str, list[float]] = {name: [] for name in CACHES}
@@ -171,7 +198,7 @@ def bench_case(
                 if r >= args.warmup:
                     times[name].append(took)
     runs["dynamic"].use()  # the model back on plain sdpa
-    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     unit = head_dim * 2 * 4
     kv = {
         "per-head": runs["per-head"].cache.nbytes(),
@@ -225,6 +252,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=int, default=0, help="short KV heads' window (default 0: T/32)")
     p.add_argument("--sinks", type=int, default=4, help="attention sinks per head (default 4)")
     flags.add_threads(p)
+    p.add_argument(
+        "--model",
+        default=None,
+        help="a model to load (GGUF file, folder or hub name) instead of a random one",
+    )
+    p.add_argument(
+        "--plan",
+        default=None,
+        metavar="FILE",
+        help="the per-head cache's plan (JSON, e.g. from aah bench pretrained) "
+        "instead of --coverage/--window; scaled to each T if it records its seq_len",
+    )
     p.add_argument("--layers", type=int, default=4, help="model layers (default 4)")
     p.add_argument("--d-model", type=int, default=256, help="model width (default 256)")
     p.add_argument("--heads", type=int, default=8, help="query heads (default 8)")
@@ -267,12 +306,24 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.warmup + args.reps
     model = build_model(args, max(args.seq_lens) + rounds * args.new_tokens + 1)
     env = environment()
+    cfg = model.config
+    what = (
+        f"{args.model}: {cfg.num_hidden_layers} layers, {cfg.num_attention_heads} heads / "
+        f"{cfg.num_key_value_heads} KV heads"
+        if args.model
+        else f"Llama-style {args.layers} layers, d_model {args.d_model}, {args.heads} heads / "
+        f"{args.kv_heads} KV heads, vocab {args.vocab}"
+    )
+    plan = (
+        f"{args.plan} (+ {args.sinks} sinks)"
+        if args.plan
+        else f"KV heads at window {args.window or 'T/32'} + {args.sinks} sinks or full, "
+        f"coverage <= {args.coverage}"
+    )
     print(
-        f"hf-decode: Llama-style {args.layers} layers, d_model {args.d_model}, {args.heads} "
-        f"heads / {args.kv_heads} KV heads, fp32, vocab {args.vocab}; plan: KV heads at window "
-        f"{args.window or 'T/32'} + {args.sinks} sinks or full, coverage <= {args.coverage}; "
-        f"{args.new_tokens} tokens per round, {args.warmup} warm-up + {args.reps} timed rounds "
-        f"(median, interleaved); threads {env['threads']}, torch {env['torch']}",
+        f"hf-decode: {what}, fp32; plan: {plan}; {args.new_tokens} tokens per round, "
+        f"{args.warmup} warm-up + {args.reps} timed rounds (median, interleaved); threads "
+        f"{env['threads']}, torch {env['torch']}",
         flush=True,
     )
     header = (

@@ -263,7 +263,9 @@ def write_outputs(out, args, rows, full, plans, grids, full_needle, t0) -> None:
     from dataclasses import asdict
 
     from aah import records
+    from aah.atomic import write_text_atomic
     from aah.bench.pretrained.plots import plot_quality_vs_kv
+    from aah.controller.plan import plan_to_json
 
     full_loss = sum(full) / len(full)
     md = table.markdown(rows, full_loss, full_needle)
@@ -289,5 +291,10 @@ def write_outputs(out, args, rows, full, plans, grids, full_needle, t0) -> None:
         "seconds": time.time() - t0,
     }  # fmt: skip
     records.write_json(out / "results.json", result)
+    for (method, fraction), plan in plans.items():  # for aah plan apply / aah bench hf-decode
+        if plan is not None:
+            text = plan_to_json(plan, seq_len=args.seq_len, sinks=args.sinks, method=method,
+                                kv_fraction=fraction)  # fmt: skip
+            write_text_atomic(out / "plans" / f"{method}-kv{fraction:g}.json", text + "\n")
     print(md, flush=True)
     print(json.dumps({k: result[k] for k in ("benchmark", "env", "full_loss", "rows", "seconds")}))
