@@ -78,6 +78,17 @@ def test_shuffled_twin_moves_kv_head_windows_within_each_layer() -> None:
     assert any(t != plan for t in moved) and methods.shuffled_twin(plan, 2, 3) == moved[3]
 
 
+def test_shuffled_twin_keeps_kv_bytes_when_a_kv_head_holds_several_windows() -> None:
+    plan = [[4, 64, 8, 8], [16, 4, 32, 2], [64, 64, 4, 4]]  # AAH-v3 decides per query head
+    for seed in range(10):
+        twin = methods.shuffled_twin(plan, 2, seed)
+        assert kv_bytes(twin) == kv_bytes(plan)
+        for row, new in zip(plan, twin, strict=True):  # whole KV groups moved
+            assert sorted([tuple(row[:2]), tuple(row[2:])]) == sorted(
+                [tuple(new[:2]), tuple(new[2:])]
+            )
+
+
 def test_duo_gives_each_kv_head_recent_or_full_and_picks_the_costliest_to_stream() -> None:
     signal = torch.zeros(3, 4, len(CANDS), dtype=torch.float64)
     signal[1, 2:4, :-1] = 5.0  # layer 1's second KV head loses much unless full

@@ -13,9 +13,15 @@ counted as `PerHeadCache` holds them (`hf_allocate.plan_kv_bytes`):
   heads by the measured output change of streaming them);
 - `random`: the same greedy allocation on a seeded random non-increasing signal, a plan that
   fills the budget with no information in it;
-- `NAME-shuffled`: NAME's plan with each layer's KV-head windows permuted once (seeded): the
-  same windows per layer, KV bytes and coverage, on other heads. It asks whether the signal
-  chose *which head* well, apart from how much each layer gets.
+- `aah-v3`: the AAH-v3 controller's first decision (full-adaptive, the paper's windows T/8,
+  T/4, T/2, T) on the model's own post-RoPE Q/K/V of one calibration block
+  (`posthoc.plans.aah_plan`). It takes no budget: it is one plan at its own KV fraction, and
+  is compared with `uniform` at that fraction. `aah-v3-shuffled` is its drawn-once twin
+  (below);
+- `NAME-shuffled`: NAME's plan with each layer's KV heads permuted once (seeded), each taking
+  its query heads' windows along: the same windows per layer, KV bytes and coverage, on other
+  heads. It asks whether the method chose *which head* well, apart from how much each layer
+  gets.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ SHUFFLED = "-shuffled"
 #: per-head method -> the calibration signal it allocates on
 SIGNAL_OF = {"output": "output", "mass": "mass", "duo": "output"}
 BASE_METHODS = ("full", "uniform", "random")
-METHODS = (*BASE_METHODS, *SIGNAL_OF, *(m + SHUFFLED for m in SIGNAL_OF))
+#: the budget-free methods: one plan each, at its own KV fraction
+AAH_METHODS = ("aah-v3", "aah-v3" + SHUFFLED)
+METHODS = (*BASE_METHODS, *SIGNAL_OF, *(m + SHUFFLED for m in SIGNAL_OF), *AAH_METHODS)
 
 
 def check_methods(methods: Sequence[str]) -> list[str]:
@@ -131,12 +139,21 @@ def random_signal(n_layer: int, n_head: int, n_windows: int, seed: int) -> torch
 
 
 def shuffled_twin(plan: Plan, n_kv_head: int, seed: int) -> Plan:
-    """`plan` with each layer's KV-head windows permuted once (query heads follow their KV
-    head): the same windows per layer on other heads."""
+    """`plan` with each layer's KV heads permuted once, each carrying its query heads' windows
+    along: the same windows per layer and the same KV bytes, on other heads."""
     group = len(plan[0]) // n_kv_head
-    per_kv = [[row[h * group] for h in range(n_kv_head)] for row in plan]
-    moved = shuffled(per_kv, torch.Generator().manual_seed(seed), across_layers=False)
-    return [[row[h // group] for h in range(len(plan[0]))] for row in moved]
+    blocks = [[tuple(row[i * group : (i + 1) * group]) for i in range(n_kv_head)] for row in plan]
+    moved = shuffled(blocks, torch.Generator().manual_seed(seed), across_layers=False)
+    return [[w for block in row for w in block] for row in moved]
+
+
+def aah_v3_plans(qkv: Sequence[tuple[torch.Tensor, ...]], seed: int = 0) -> dict[str, Plan]:
+    """`aah-v3` and its twin from per-layer (q, k, v) of one block (full causal attention)."""
+    from aah.posthoc.plans import aah_plan
+
+    seq_len, n_kv_head = qkv[0][0].shape[2], qkv[0][1].shape[1]
+    plan = aah_plan("aah-v3", qkv, [seq_len // 8, seq_len // 4, seq_len // 2, seq_len], seed)
+    return {"aah-v3": plan, "aah-v3" + SHUFFLED: shuffled_twin(plan, n_kv_head, seed + 1)}
 
 
 def build_plans(
@@ -153,6 +170,8 @@ def build_plans(
     cands = list(candidates)
     plans: dict[str, Plan | None] = {}
     for method in methods:
+        if method in AAH_METHODS:
+            continue  # budget-free: `aah_v3_plans`
         base = method.removesuffix(SHUFFLED)
         if base == "full":
             plan = None

@@ -159,6 +159,24 @@ def measure_signals(model, calib, cands, names, args, store: CellStore) -> dict[
     return out
 
 
+def aah_plans(model, block, args, store: CellStore) -> dict[str, Any]:
+    """The AAH-v3 decision and its twin on the model's own Q/K/V of one calibration block,
+    made once and kept in the store."""
+    from aah.integrations.hf import probing
+
+    key = "plans/aah-v3"
+    if key not in store:
+        qkv: list[tuple[torch.Tensor, ...]] = []
+
+        def keep(module, q, k, v, scale) -> None:  # the layers run in order
+            qkv.append((q.detach().float(), k.detach().float(), v.detach().float()))
+
+        with probing(model, keep), torch.no_grad():
+            model(input_ids=block.to(next(model.parameters()).device), use_cache=False)
+        store.put(key, methods.aah_v3_plans(qkv, seed=args.seed))
+    return store.get(key)
+
+
 def _under(model: torch.nn.Module, plan: Any, sinks: int) -> Any:
     """The model running `plan` with `sinks` inside the block (None: as it is, full)."""
     from aah.integrations.hf import applied
@@ -227,6 +245,12 @@ def main(argv: list[str] | None = None) -> int:
             args.methods, budget, signals, cands, recent=args.recent, seed=args.seed
         ).items()
     }
+    if set(methods.AAH_METHODS) & set(args.methods):
+        aah = aah_plans(model, calib[0], args, store)
+        own = next(iter(budgets.values())).fraction_of(aah["aah-v3"])
+        budgets[own] = methods.budget_at(own, t, args.sinks, shape, lay.n_layer, lay.n_head)
+        plans[("uniform", own)] = methods.uniform_plan(budgets[own])
+        plans |= {(m, own): p for m, p in aah.items() if m in args.methods}
     every = [None, *plans.values()]
     losses = evaluate(model, every, held, corpus.block_loss, "loss", args, store)
     needle_acc, grids = {}, {}
