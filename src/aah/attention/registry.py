@@ -82,7 +82,7 @@ def get_backend(name: str) -> Backend:
 def pick_auto(
     q: torch.Tensor, windows: tuple[int, ...], needs_grad: bool, sinks: tuple[int, ...] = ()
 ) -> str:
-    """The measured rule (README, "Choosing a backend"):
+    """The measured rule (docs/performance.md, "Choosing a backend"):
 
     - CUDA: flash when installed, the dtype is fp16/bf16 and no head has sinks (flash_attn
       cannot keep them), else flex (compiled, fwd and bwd).
