@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
         "validate",
         "atomic",
     },
-    "integrations": {"attention", "controller", "model", "validate"},
+    "integrations": {"attention", "choices", "controller", "model", "validate"},
 }
 BELOW_CLI = set(TOP) - {"cli", "bench", "__main__"}
 

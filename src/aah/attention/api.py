@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
+from aah.attention.cost import sink_slots
 from aah.attention.registry import BACKENDS, get_backend, pick_auto
 
 
@@ -64,9 +65,7 @@ def effective_sinks(
     A sink key j is new to query i only when j <= i - w, so j < T - w; heads that see their
     whole context gain nothing. The result selects exactly the same keys as `sinks`.
     """
-    return tuple(
-        min(s, seq_len - w) if w < seq_len else 0 for w, s in zip(windows, sinks, strict=True)
-    )
+    return tuple(sink_slots(w, s, seq_len) for w, s in zip(windows, sinks, strict=True))
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:

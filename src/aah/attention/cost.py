@@ -19,13 +19,20 @@ def causal_pairs(seq_len: int) -> int:
     return seq_len * (seq_len + 1) // 2
 
 
+def sink_slots(window: int, sinks: int, seq_len: int) -> int:
+    """The sink keys a head adds at length T: a sink j is outside query i's window only when
+    j <= i - w, so j < T - w: min(s, T - w) for w < T, and none for a head that sees its whole
+    context."""
+    return min(sinks, seq_len - window) if window < seq_len else 0
+
+
 def window_pairs(window: int, seq_len: int, sinks: int = 0) -> int:
     """Allowed (query, key) pairs of one head: sum over i of min(i + 1, w) plus, for sinks,
     the sink keys outside the window, sum over i >= w of min(s, i - w + 1)."""
     w = min(window, seq_len)
     # Queries 0..w-1 see i + 1 keys; the remaining T - w queries see w keys each.
     pairs = w * (w + 1) // 2 + (seq_len - w) * w
-    n, s = seq_len - w, min(sinks, seq_len - w)
+    n, s = seq_len - w, sink_slots(w, sinks, seq_len)
     # Query w - 1 + m (m = 1..n) has min(s, m) sink keys outside its window.
     return pairs + s * (s + 1) // 2 + (n - s) * s if s > 0 else pairs
 

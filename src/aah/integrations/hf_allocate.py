@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from aah.attention.cost import window_pairs
+from aah.attention.cost import sink_slots, window_pairs
 from aah.controller.budget import pair_cap
 from aah.controller.plan import Plan
 from aah.model.cache_layout import kv_capacities, kv_sinks
@@ -149,7 +149,7 @@ def allocate_kv_heads(
 
 def _unit_bytes(window: int, sliding: int | None, sinks: int, seq_len: int, unit: int) -> int:
     w = min(window, sliding) if sliding else window
-    slots = min(sinks, seq_len - w) if w < seq_len else 0
+    slots = sink_slots(w, sinks, seq_len)
     return (slots + min(w, seq_len)) * unit
 
 

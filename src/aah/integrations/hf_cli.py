@@ -28,11 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
+
+from aah.choices import SearchSignal
 
 # Only the standard library at import time: the CLI builds its parser without loading torch.
 HUB_NOTE = "a GGUF file, a folder (transformers or one .gguf), or a hub name (needs network)"
-SIGNALS = ("mass", "output", "loss")  # hf_plan.SIGNALS, without importing torch
+SIGNALS = get_args(SearchSignal)  # from the torch-free leaf: the parser loads no torch
 
 
 def _floats(text: str) -> list[float]:

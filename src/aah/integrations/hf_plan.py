@@ -27,7 +27,9 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import get_args
 
+from aah.choices import SearchSignal
 from aah.controller.plan import Plan, check_plan
 from aah.validate import is_int
 
@@ -37,7 +39,7 @@ FIELDS = (
 )  # fmt: skip
 OPTIONAL = ("lost_mass", "sinks", "budget_unit", "kv_bytes", "signal", "loss_increase")
 BUDGET_UNITS = ("coverage", "kv_bytes")
-SIGNALS = ("mass", "output", "loss")
+SIGNALS = get_args(SearchSignal)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from aah.attention.cost import sink_slots
+
 Index = slice | torch.Tensor  # a slice where heads are contiguous (a view), else a gather
 
 
@@ -54,7 +56,7 @@ def kv_capacities(plan: Sequence[Sequence[int]], n_kv_head: int, max_len: int) -
 def head_sinks(windows: Sequence[int], sinks: Sequence[int], max_len: int) -> list[int]:
     """Sinks that can matter within max_len positions: min(s, max_len - w) if w < max_len
     (a sink j is outside the window of the query at p only if j <= p - w), else 0."""
-    return [min(s, max_len - w) if w < max_len else 0 for w, s in zip(windows, sinks, strict=True)]
+    return [sink_slots(w, s, max_len) for w, s in zip(windows, sinks, strict=True)]
 
 
 def kv_sinks(
