@@ -10,14 +10,17 @@ from aah.report.plots import DPI, _pyplot
 
 
 def plot_quality_vs_kv(table: Sequence[Row], full_loss: float, path: Path) -> Path:
-    """Held-out loss against the KV fraction each plan holds, one line per method, error bars
-    the 95% interval of its paired difference from full; full attention as a dashed line."""
+    """Held-out loss against the KV fraction each plan holds, one line per method (nudged
+    sideways so the bars at one budget stay apart), error bars the 95% interval of its paired
+    difference from full; full attention as a dotted line."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     methods = list(dict.fromkeys(r.method for r in table))
-    for method in methods:
+    span = max(r.kv_fraction for r in table) - min(r.kv_fraction for r in table)
+    step = 0.006 * (span or 1.0)  # methods side by side at one budget, not on top of each other
+    for i, method in enumerate(methods):
         mine = sorted((r for r in table if r.method == method), key=lambda r: r.kv_fraction)
-        xs = [r.kv_fraction for r in mine]
+        xs = [r.kv_fraction + (i - (len(methods) - 1) / 2) * step for r in mine]
         ys = [r.loss for r in mine]
         err = [(r.vs_full.ci[1] - r.vs_full.ci[0]) / 2 for r in mine]
         style = "--" if method.endswith("-shuffled") else "-"
