@@ -211,8 +211,9 @@ def plot_needle_grids(
     fig, axes = plt.subplots(
         rows,
         cols,
-        figsize=(0.8 * len(depths) * cols + 2.5, (0.5 * len(lengths) + 1.2) * rows),
+        figsize=(0.8 * len(depths) * cols + 2.5, (0.5 * len(lengths) + 1.5) * rows),
         squeeze=False,
+        layout="constrained",  # titles and labels of stacked rows never overlap
     )
     image = None
     for ax in axes.flat[len(grids) :]:
@@ -227,9 +228,10 @@ def plot_needle_grids(
         ax.set_title(method)
         ax.set_xticks(range(len(depths)), [f"{d:g}" for d in depths])
         ax.set_yticks(range(len(lengths)), [str(length) for length in lengths])
+    for ax in axes[-1]:
         ax.set_xlabel("needle depth")
     for row in axes:
         row[0].set_ylabel("prompt tokens")  # the rows are the same in every panel
-    fig.colorbar(image, ax=axes.ravel().tolist(), label="accuracy")
+    fig.colorbar(image, ax=axes.ravel().tolist(), label="accuracy", shrink=0.8)
     fig.savefig(str(path), format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
