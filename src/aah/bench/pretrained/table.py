@@ -84,7 +84,7 @@ def markdown(table: Sequence[Row], full_loss: float, full_needle: float | None) 
     for r in table:
         acc = "" if r.needle is None else f"{r.needle:.2f}"
         lines.append(
-            f"| {r.kv_target:g} | {r.method} | {r.kv_fraction:.3f} | {r.loss:.4f} | "
+            f"| {r.kv_target:.3g} | {r.method} | {r.kv_fraction:.3f} | {r.loss:.4f} | "
             f"{_ci(r.vs_full)} | {_ci(r.vs_uniform)} | {_p(r.holm_p)} | {acc} |"
         )
     return head + "\n".join(lines) + "\n"
