@@ -86,7 +86,8 @@ def test_a_folder_of_other_settings_is_refused(model_dir, tmp_path) -> None:
 
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
-    [("--kv-fractions", "0,0.5", "kv-fractions"), ("--methods", "uniform,nope", "nope"),
+    [("--kv-fractions", "0,0.5", "kv-fractions"), ("--kv-fractions", "a", "kv-fractions"),
+     ("--methods", "uniform,nope", "nope"),
      ("--heldout-blocks", "1", "heldout-blocks"), ("--needle-lengths", "8", "needle-lengths")],
 )  # fmt: skip
 def test_bad_flags_are_named(model_dir, tmp_path, flag: str, value: str, message: str) -> None:

@@ -97,7 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
 def check_args(args: argparse.Namespace) -> None:
     """ValueError naming the first bad flag; lists parsed in place."""
     flags.check_threads(args.threads)
-    args.kv_fractions = sorted({float(f) for f in args.kv_fractions.split(",")})
+    try:
+        args.kv_fractions = sorted({float(f) for f in args.kv_fractions.split(",")})
+    except ValueError:
+        raise ValueError(f"--kv-fractions must be a comma list of numbers, got "
+                         f"{args.kv_fractions!r}") from None  # fmt: skip
     if not all(0 < f < 1 for f in args.kv_fractions):
         raise ValueError(f"--kv-fractions must lie in (0, 1), got {args.kv_fractions}")
     args.methods = methods.check_methods([m for m in args.methods.split(",") if m != "full"])
