@@ -14,7 +14,7 @@ from aah.controller import load_plan
 from aah.model import GPT, GPTConfig
 from aah.posthoc.analysis import EvalSet, RunResult, score
 from aah.posthoc.plans import aah_plan, budgeted_plan, shuffled, uniform_window
-from aah.posthoc.report import markdown, twins
+from aah.posthoc.report import markdown, summarize, twins
 
 T = 64
 WINDOWS = [1, 2, 4, 8, 16, 32, 64]
@@ -125,6 +125,27 @@ def test_twins_on_a_task_also_pair_far_accuracy():
     assert pair["far_bucket"] == "16-31"
     assert pair["far_acc"]["mean"] == pytest.approx(0.375)
     assert "Δ accuracy at 16-31" in markdown([], runs)
+
+
+def test_accuracy_is_never_given_a_t_interval_or_a_zero_p():
+    """Five runs, the plan ahead of its twin by the same 0.5 on every run: a t test would
+    give sd 0 and p 0; the exact sign-flip test gives 2 / 2^5, its interval every value."""
+    full = {"bpb": 1.0, "acc": 1.0, "acc_by_distance": {"1-15": 1.0, "16-31": 1.0}}
+    runs = [
+        RunResult(f"r{i}", full, [
+            _row("loss-ablation", 0.3, 0.0, [[4, 64]], far=0.5 + 0.1 * i),
+            _row("loss-ablation-shuffled", 0.3, 0.1, [[64, 4]], far=0.1 * i),
+        ])
+        for i in range(5)
+    ]  # fmt: skip
+    (pair,) = twins(runs)
+    assert pair["far_acc"]["p"] == pytest.approx(2 / 2**5)
+    assert pair["far_acc"]["ci"] == [-1.0, 1.0] and pair["far_acc"]["higher"] == 5
+    rows = {r["policy"]: r for r in summarize(runs)}
+    assert rows["loss-ablation"]["far_acc"]["range"] == pytest.approx([0.5, 0.9])
+    table = markdown(summarize(runs), runs)
+    assert "| 0.700 | 0.500-0.900 |" in table  # mean and range over runs, no t interval
+    assert "| +0.500 | 0.0625 | 5/5 |" in table
 
 
 def test_posthoc_command_on_two_tiny_runs(tmp_path, tiny_corpus, capsys):
