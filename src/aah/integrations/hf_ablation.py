@@ -97,10 +97,12 @@ def loss_increase(
     *,
     sinks: int = 0,
     progress: bool = False,
+    only: Sequence[tuple[int, int, int]] | None = None,
 ) -> torch.Tensor:
     """(L, Hkv, n_w) float64: measured rise of the mean loss (nats, may be < 0 by noise) when
     that KV head alone is cut to each candidate with `sinks` sinks (module docstring); 0 for
-    candidates >= T. The model's plan and implementation are as they were on return."""
+    candidates >= T. `only`: measure just these (layer, KV head, candidate index) cuts (the
+    rest stay 0). The model's plan and implementation are as they were on return."""
     check_int("sinks", sinks, minimum=0)
     cands = check_candidates(candidates)
     if not batches:
@@ -110,12 +112,13 @@ def loss_increase(
     group = lay.n_head // lay.n_kv_head
     sink_rows = [[sinks] * lay.n_head for _ in range(lay.n_layer)] if sinks else None
     out = torch.zeros(lay.n_layer, lay.n_kv_head, len(cands), dtype=torch.float64)
+    wanted = None if only is None else set(only)
     todo = [
         (layer, kv, j)
         for layer in range(lay.n_layer)
         for kv in range(lay.n_kv_head)
         for j, c in enumerate(cands)
-        if c < seq_len
+        if c < seq_len and (wanted is None or (layer, kv, j) in wanted)
     ]
     full = Imposed([[seq_len] * lay.n_head for _ in range(lay.n_layer)], sink_rows)
     cuts = [
