@@ -153,6 +153,6 @@ def test_accuracy_pairs_use_the_exact_sign_flip_test(task_report: str) -> None:
     # three seeds, all lower: p = 2 / 2^3 = 0.25 however large the gap; at 3 seeds no delta
     # is rejected at 5%, so the 95% CI is every difference accuracies can have
     assert cells[2:5] == ["-0.860", "[-1.000, +1.000]", "0.250"]
-    assert cells[7] == "undecided"
+    assert cells[7] == "undecided (nothing decidable at 3 seeds)"
     assert "the sign-flip p is at least 2 / 2^n (0.5 at 2 seeds)" in task_report
     assert "at 2 seeds no accuracy comparison can reach p < 0.05" in task_report

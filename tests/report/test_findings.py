@@ -18,18 +18,18 @@ def test_verdicts_classify_clear_and_noisy_regimes(report: str) -> None:
     lines = {line.split("`")[1]: line for line in report.splitlines() if line.startswith("- `")}
     assert "lower val_bpb than full by 0.1000" in lines["fixed"]
     # clear on every seed, yet 3 seeds are fewer than the 5 a verdict needs
-    assert "3/3 seeds lower): undecided with 3 seeds." in lines["fixed"]
+    assert "3/3 seeds lower): undecided with 3 seeds (it could decide |Δ| ≥" in lines["fixed"]
     assert "undecided with 3 seeds" in lines["random"]
     assert "1/3 seeds lower" in lines["random"]
     assert "higher val_bpb than full by 0.2100" in lines["budget"]
-    assert "0/2 seeds lower): undecided with 2 seeds." in lines["budget"]
+    assert "0/2 seeds lower): undecided with 2 seeds (it could decide" in lines["budget"]
     claims = {line[:2]: line for line in report.splitlines() if re.match(r"\d\. \*", line)}
     assert "**undecided at 3 seeds**" in claims["1."]  # fixed beats full, the others can't tell
     # every AAH regime against each control, one Holm family: never best-of after the fact
     assert "`aah-v3-shallow-freeze` vs `fixed`" in claims["2."]
     assert "`aah-v3-shallow-freeze` vs `random`" in claims["2."]
     assert "**undecided at 3 seeds**" in claims["2."]
-    assert "**holds**" in claims["3."] and "0.50× (95% CI" in claims["3."]
+    assert "**not measured by this suite**" in claims["3."] and "0.50× (95% CI" in claims["3."]
 
 
 def test_regimes_with_the_same_plans_on_every_seed_are_named(tmp_path: Path) -> None:
@@ -86,18 +86,18 @@ def test_a_comparison_without_a_p_value_is_not_counted_in_the_holm_family(
 
 
 @pytest.mark.parametrize(
-    ("ratios", "verdict"),
+    "ratios",
     [
-        ({"aah-v3-a": [0.9, 0.91, 0.92], "aah-v3-b": [1.1, 1.11, 1.12]}, "mixed"),
-        ({"aah-v3-a": [0.9, 0.91, 0.92], "aah-v3-b": [0.8, 0.81, 0.82]}, "holds"),
-        ({"aah-v3-a": [1.2, 1.21, 1.22], "aah-v3-b": [0.8, 1.3, 1.0]}, "does not hold"),
-        ({"aah-v3-a": [0.9, 0.91, 0.92], "aah-v3-b": [0.8, 1.3, 1.0]}, "undecided at 3 seeds"),
+        {"aah-v3-a": [0.9, 0.91, 0.92], "aah-v3-b": [1.1, 1.11, 1.12]},
+        {"aah-v3-a": [0.9, 0.91, 0.92], "aah-v3-b": [0.8, 0.81, 0.82]},
+        {"aah-v3-a": [1.2, 1.21, 1.22], "aah-v3-b": [0.8, 1.3, 1.0]},
     ],
 )
-def test_speed_claim_is_mixed_when_one_regime_is_slower_and_another_faster(
-    ratios: dict[str, list[float]], verdict: str
-) -> None:
+def test_speed_claim_is_never_decided_from_cell_timings(ratios: dict[str, list[float]]) -> None:
     from aah.report.findings import _claim_speed
 
     per_seed = {r: dict(enumerate(v)) for r, v in ratios.items()}
-    assert f"**{verdict}**" in _claim_speed(list(ratios), per_seed)
+    claim = _claim_speed(list(ratios), per_seed)
+    assert "**not measured by this suite**" in claim
+    for regime in ratios:  # each regime's logged ratio is still shown, labelled
+        assert f"`{regime}` logged" in claim and "cell timings, not a measurement" in claim

@@ -102,3 +102,15 @@ def test_sign_flip_estimate_of_accuracy_differences() -> None:
     assert paired.estimate.test == "sign-flip" and paired.estimate.p == 0.5
     with pytest.raises(ValueError, match="unknown test"):
         stats.paired_by_seed("a", {0: 0.1}, "b", {0: 0.3}, "wilcoxon")
+
+
+def test_detectable_difference_from_textbook_t_quantiles() -> None:
+    # five paired values of sd 1: t(0.975, 4) = 2.7764, t(0.80, 4) = 0.9410 (tables)
+    e = stats.estimate([1.0, 2.0, 3.0, 4.0, 5.0])  # sd = sqrt(2.5)
+    sd = math.sqrt(2.5)
+    assert stats.detectable(e, 1) == pytest.approx((2.7764 + 0.9410) * sd / math.sqrt(5), rel=1e-3)
+    # a family of 10 tests at 0.05: alpha / m = 0.005, t(0.9975, 4) = 5.5976
+    assert stats.detectable(e, 10) == pytest.approx((5.5976 + 0.9410) * sd / math.sqrt(5), rel=1e-3)
+    # the sign-flip test at five seeds cannot go below p = 2 / 2^5 = 0.0625: nothing decidable
+    assert math.isinf(stats.detectable(stats.sign_flip_estimate([0.5] * 5), 1))
+    assert math.isnan(stats.detectable(stats.estimate([1.0]), 3))

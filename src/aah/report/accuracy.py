@@ -74,7 +74,7 @@ def _rows(suite: Suite, family: list[comparisons.Comparison]) -> list[list[str]]
         out.append([
             f"`{comp.pair.regime}`", f"`{comp.pair.baseline}`", fmt(e.mean, "+.3f"),
             ci_text(e.ci, "+.3f"), p_text(e.p), p_text(comp.holm_p),
-            f"{comp.pair.lower}/{comp.pair.n}", comp.verdict,
+            f"{comp.pair.lower}/{comp.pair.n}", comparisons.verdict_text(comp),
             coverage_gap_cell(suite, comp.pair.regime, comp.pair.baseline),
         ])  # fmt: skip
     return out

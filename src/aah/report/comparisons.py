@@ -194,6 +194,8 @@ class Comparison:
     pair: stats.Paired
     holm_p: float
     family: Family | None = None
+    #: the smallest |Δ| this comparison would decide at 80% power (`stats.detectable`)
+    detectable: float = math.nan
 
     @property
     def verdict(self) -> str:
@@ -218,7 +220,42 @@ def family_size(comps: Collection[Comparison], where: str = "of this table") -> 
 def family(pairs: Sequence[stats.Paired], declared: Family | None = None) -> list[Comparison]:
     """Holm over `pairs` (one family)."""
     adjusted = holm([p.estimate.p for p in pairs])
-    return [Comparison(p, q, declared) for p, q in zip(pairs, adjusted, strict=True)]
+    tested = sum(not math.isnan(p.estimate.p) for p in pairs)
+    return [
+        Comparison(p, q, declared, stats.detectable(p.estimate, tested))
+        for p, q in zip(pairs, adjusted, strict=True)
+    ]
+
+
+def verdict_text(comp: Comparison) -> str:
+    """The verdict, and beside "undecided" the smallest |Δ| the comparison could decide."""
+    if comp.verdict != "undecided" or math.isnan(comp.detectable):
+        return comp.verdict
+    if math.isinf(comp.detectable):
+        return f"undecided (nothing decidable at {comp.pair.n} seeds)"
+    return f"undecided (detectable: |Δ| ≥ {comp.detectable:.4f})"
+
+
+def power_line(comps: Collection[Comparison], unit: str) -> str:
+    """One sentence: the range of differences the family could decide at 80% power."""
+    found = [c.detectable for c in comps if not math.isnan(c.detectable)]
+    if not found:
+        return ""
+    n = min(c.pair.n for c in comps if not math.isnan(c.detectable))
+    text = (
+        f"Power: at {n} seeds and {len(found)} Holm-corrected comparisons, a comparison is "
+        "decided with 80% probability only when its true |Δ| is at least "
+        "(t(1 − 0.05 / 2m) + t(0.8)) × sd / √n (Holm's first step; sd of its per-seed "
+        "differences)"
+    )
+    finite = sorted(d for d in found if not math.isinf(d))
+    if not finite:
+        return text + f": no difference is decidable here at {n} seeds."
+    text += f": {finite[0]:.4f} to {finite[-1]:.4f} {unit} in this table"
+    text += f" (median {finite[len(finite) // 2]:.4f})" if len(finite) > 2 else ""
+    if len(finite) < len(found):
+        text += f"; {len(found) - len(finite)} cannot be decided at any size"
+    return text + ". An undecided comparison below its bound is no evidence of no effect."
 
 
 def _has_metric(suite: Suite, metric: str) -> bool:

@@ -304,6 +304,25 @@ def sign_flip_estimate(
     return Estimate(n, m, s, ci, NAN, sign_flip_p(values), "sign-flip")
 
 
+def detectable(e: Estimate, family_size: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest |mean difference| this comparison decides with probability `power`, at
+    its n and observed sd, when its Holm family has `family_size` tested comparisons.
+
+    Holm's first step is Bonferroni's (p < alpha / m), so this is the bound for the pair
+    that must clear it: (t_{1 - alpha / (2m), n-1} + t_{power, n-1}) * sd / sqrt(n), the usual
+    normal-approximation power formula with t quantiles. For the sign-flip test it is inf
+    when even n equal signs (p = 2 / 2^n) cannot reach alpha / m: no difference, however
+    large, is decidable at that n. nan for n < 2 or an empty family.
+    """
+    if e.n < 2 or family_size < 1:
+        return NAN
+    level = alpha / family_size
+    if e.test == "sign-flip" and _equal_signs_p(e.n) >= level:
+        return math.inf
+    multiplier = t_critical(e.n - 1, 1.0 - level) + t_critical(e.n - 1, 2.0 * power - 1.0)
+    return multiplier * e.sd / math.sqrt(e.n)
+
+
 @dataclass(frozen=True)
 class Paired:
     """Per-seed differences regime - baseline on the seeds both have, and their estimate."""

@@ -144,7 +144,7 @@ def _comparison_cells(comp: comparisons.Comparison | None) -> list[str]:
     e = comp.pair.estimate
     return [
         fmt(e.mean, "+.4f"), fmt(e.sd), ci_text(e.ci), fmt(e.t, ".2f"), p_text(e.p),
-        p_text(comp.holm_p), f"{comp.pair.lower}/{comp.pair.n}", comp.verdict,
+        p_text(comp.holm_p), f"{comp.pair.lower}/{comp.pair.n}", comparisons.verdict_text(comp),
     ]  # fmt: skip
 
 
@@ -173,6 +173,8 @@ def _matched_section(suite: Suite, evidence: comparisons.Evidence) -> list[str]:
         comparisons.MATCHED_BPB.heading,
         "",
         *table(MATCHED_HEADER.split(" | "), rows),
+        "",
+        comparisons.power_line(family, "bits/byte"),
         "",
         *assignment.spread_lines(suite),
     ]
@@ -280,6 +282,8 @@ def _suite_section(suite: Suite, out_dir: Path) -> list[str]:
             "Δ = regime − full on the same seed; negative is better. 95% CI and p from "
             "Student's t over the per-seed differences; Holm p corrects for the "
             f"{comparisons.family_size(family.values())}. {VERDICT_RULE}",
+            "",
+            comparisons.power_line(family.values(), "bits/byte"),
             "",
         ]
     else:
