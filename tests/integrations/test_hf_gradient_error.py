@@ -13,7 +13,7 @@ from hf_models import SEARCH_CANDIDATES, SEARCH_SINKS, SEARCH_T, search_ids, tin
 
 from aah.integrations.hf import applied
 from aah.integrations.hf_ablation import cut_plan
-from aah.integrations.hf_gradient_error import as_costs, measure_gradient_error
+from aah.integrations.hf_gradient_error import measure_gradient_error
 
 
 def _o_proj_input(model, ids, layer: int, *, grad: bool):
@@ -62,13 +62,3 @@ def test_gradient_error_leaves_the_weights_as_they_were() -> None:
     for name, p in model.named_parameters():
         assert p.requires_grad and p.grad is None
         assert torch.equal(p, before[name]), name
-
-
-def test_as_costs_floors_makes_monotone_and_spreads_over_the_group() -> None:
-    est = torch.tensor([[[0.3, -0.1, 0.2, 0.0], [-0.5, -0.2, 0.0, 0.0]]], dtype=torch.float64)
-    costs = as_costs(est, n_head=4)
-    assert costs.shape == (1, 4, 4)
-    want = torch.tensor([0.15, 0.1, 0.1, 0.0], dtype=torch.float64)
-    torch.testing.assert_close(costs[0, 0], want)
-    torch.testing.assert_close(costs[0, 0], costs[0, 1])
-    assert torch.all(costs[0, 2:] == 0)

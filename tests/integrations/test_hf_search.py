@@ -163,11 +163,10 @@ def test_output_signal_keeps_the_planted_local_head_cheapest(planted) -> None:
     assert torch.all(err[..., -1] < 1e-8)  # the full window changes nothing
 
 
-@pytest.mark.parametrize("signal", ["output", "gradient"])
-def test_output_and_gradient_signal_search_on_every_family(family: str, signal: str) -> None:
+def test_output_signal_search_on_every_family(family: str) -> None:
     model = tiny_model(family)
-    plan = search_plan(model, calib(seed=7), 0.4, seq_len=32, sample_queries=16, signal=signal)
-    assert plan.signal == signal and plan.lost_mass is None
+    plan = search_plan(model, calib(seed=7), 0.4, seq_len=32, sample_queries=16, signal="output")
+    assert plan.signal == "output" and plan.lost_mass is None
     assert plan.coverage <= 0.4 and len(plan.windows) == 2
     assert SearchedPlan.from_json(plan.to_json()) == plan
 

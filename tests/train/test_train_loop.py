@@ -91,6 +91,9 @@ def test_every_policy_drives_the_model(tmp_path, tiny_corpus, policy):
     assert plans[-1]["windows"] == result.plan
     assert all(len(row) == 4 for row in result.plan) and len(result.plan) == 2
     assert result.summary["policy"] == policy and math.isfinite(result.summary["val_loss"])
+    if policy != "full":  # the policy decided, and the model trained under what it decided
+        assert result.plan != [[config.model.max_seq_len] * 4 for _ in range(2)]
+        assert result.summary["causal_coverage"] < 1.0
 
 
 def test_static_policy_reads_a_plan_file(tmp_path, tiny_corpus):

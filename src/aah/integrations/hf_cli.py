@@ -12,8 +12,7 @@ KV bytes the per-head cache holds per sequence at the calibration length (`--bud
 MB = 2**20 bytes); `--sinks N` gives every head N attention sinks, measured and costed.
 `--signal` picks what is allocated on: attention mass beyond each window (`mass`, one pass over
 the calibration text), the change of each head's residual-stream contribution (`output`, one
-pass; values and output projection included), its first-order loss cost (`gradient`, one
-forward and one backward; `hf_gradient_error`) or the loss rise of cutting each KV head alone
+pass; values and output projection included) or the loss rise of cutting each KV head alone
 to each window (`loss`, `hf_ablation`: one pass per KV head and candidate).
 
 Models load through `hf_load.load_model`: a GGUF file or a folder holding one, or a
@@ -76,9 +75,7 @@ def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
         help="what to allocate on: 'mass' (default), attention mass beyond each window, one "
         "forward over the calibration batches; 'output', the squared change of each head's "
         "contribution to the residual stream (values and output projection included), one "
-        "forward (it beat mass on SmolLM2-135M, docs/pretrained.md); 'gradient', that change "
-        "weighted by the loss gradient (a first-order loss estimate), one forward and one "
-        "backward; 'loss', the rise of the "
+        "forward (it beat mass on SmolLM2-135M, docs/pretrained.md); 'loss', the rise of the "
         "mean next-token loss when one KV head alone is cut to each window, one forward over "
         "the calibration batches per "
         "(KV head, candidate < T), i.e. layers x KV heads x candidates passes: slower, but it "

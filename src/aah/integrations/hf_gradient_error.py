@@ -17,11 +17,13 @@ T - 1 rows (row 0 sees only itself, which every window keeps). Where the output 
 how much the loss downstream reacts to it: a large change that later layers ignore costs
 little, a small change along a direction the loss is steep in costs much.
 
-The estimate is signed (a cut can lower the loss to first order) and is exact only for small
-changes; `tests/integrations/test_hf_gradient_error.py` checks it against a full recompute, and
-docs/pretrained.md how it ranks cuts against their measured loss on SmolLM2-135M. The plan
-search allocates on the per-KV-head estimate, floored at 0 and made non-increasing in the
-window, spread evenly over the KV head's query heads (allocation sums them back).
+The estimate is signed (a cut can lower the loss to first order) and exact only for small
+changes; `tests/integrations/test_hf_gradient_error.py` checks it against a full recompute.
+It is not a plan-search signal: on SmolLM2-135M (`benchmarks/signal_fidelity.py`, 60 measured
+single-KV-head cuts at T = 2048) it ranks cuts by their measured loss rise with Spearman rho
++0.08, its magnitude with +0.59, against +0.67 for the output signal (`hf_output_error`) and
++0.63 for attention mass: cutting context is a large change, where the first-order term is
+dominated by what it leaves out. It stays as the measurement behind that finding.
 """
 
 from __future__ import annotations
@@ -81,15 +83,6 @@ def gradient_error(
                 per_head = (g * (windowed - full)).sum(-1).mean(-1)  # (Hq,) mean over rows
                 total[:, c] += per_head.view(n_kv, group).sum(-1).double().cpu()
     return total * (seq_len - 1)
-
-
-def as_costs(estimate: torch.Tensor, n_head: int) -> torch.Tensor:
-    """(L, Hkv, n_w) first-order estimates -> (L, Hq, n_w) allocation costs: floored at 0, made
-    non-increasing in the window (running max from the widest down) and spread evenly over
-    each KV head's query heads."""
-    n_kv = estimate.shape[1]
-    cost = estimate.clamp_min(0.0).flip(-1).cummax(-1).values.flip(-1)
-    return (cost / (n_head // n_kv)).repeat_interleave(n_head // n_kv, dim=1)
 
 
 def _output_projection_module(module: torch.nn.Module) -> torch.nn.Module:

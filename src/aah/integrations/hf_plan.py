@@ -13,8 +13,7 @@ sinks `hf.apply` gives the plan (absent: none); `budget_unit`, what `budget` cap
 (the default) or "kv_bytes"; `kv_bytes`, the bytes `PerHeadCache` holds per sequence after
 `seq_len` positions (`hf_allocate.plan_kv_bytes`); `signal`, what the search allocated on:
 "mass" (the default; attention mass beyond the windows, `lost_mass` set), "output" (the squared
-change of each head's residual-stream contribution, `hf_output_error`; `lost_mass` null),
-"gradient" (its first-order loss estimate, `hf_gradient_error`; `lost_mass` null) or
+change of each head's residual-stream contribution, `hf_output_error`; `lost_mass` null) or
 "loss" (the loss rise of cutting each KV head alone, `hf_ablation`; `lost_mass` is then null and
 `loss_increase` holds the summed single-KV-head loss rises of the chosen windows, nats, an
 additive estimate of the plan's own). JSON floats are written with Python's

@@ -44,7 +44,6 @@ from aah.integrations.hf_allocate import (
     plan_kv_bytes,
 )
 from aah.integrations.hf_data import TextLike, token_batches
-from aah.integrations.hf_gradient_error import as_costs, measure_gradient_error
 from aah.integrations.hf_mass import mass_beyond_given_sinks
 from aah.integrations.hf_output_error import output_error, output_projection
 from aah.integrations.hf_plan import SIGNALS, SearchedPlan
@@ -99,18 +98,9 @@ def measure_signal(
     """(n_layer, Hq, n_windows) float64, the mean over `batches` of a one-pass signal:
     "mass", the attention mass beyond each candidate window and outside the first `sinks`
     keys; "output", the squared change of each head's residual-stream contribution when cut
-    to each candidate with `sinks` sinks (`hf_output_error`); "gradient", the first-order
-    loss rise of cutting each KV head to each candidate (`hf_gradient_error`: one forward and
-    one backward per batch), as allocation costs spread over the KV head's query heads."""
-    if signal == "gradient":
-        estimate = measure_gradient_error(
-            model, batches, candidates, sinks=sinks, sample_queries=sample_queries, seed=seed
-        )
-        return as_costs(estimate, layout(model).n_head)
+    to each candidate with `sinks` sinks (`hf_output_error`)."""
     if signal not in PROBED:
-        raise ValueError(
-            f"one-pass signal must be one of {', '.join([*PROBED, 'gradient'])}, got {signal!r}"
-        )
+        raise ValueError(f"one-pass signal must be one of {', '.join(PROBED)}, got {signal!r}")
     cands = check_candidates(candidates)
     check_int("sinks", sinks, minimum=0)
     if not batches:
@@ -323,9 +313,7 @@ def search_plan(
         sample_queries: exact attention rows per head and batch (mass signal).
         signal: "mass" (attention mass beyond each window, one pass), "output" (the squared
             change of each head's residual-stream contribution, `hf_output_error`, one pass;
-            the better allocation on pretrained models, docs/pretrained.md), "gradient" (the
-            first-order loss rise of each cut, `hf_gradient_error`, one forward and one
-            backward per batch) or "loss" (the loss rise
+            the better allocation on pretrained models, docs/pretrained.md) or "loss" (the loss rise
             of cutting each KV head alone to each window: one pass per (KV head, candidate <
             T), `hf_ablation`).
         progress: a progress bar over the loss signal's passes.
@@ -355,6 +343,6 @@ def search_plan(
     plan = plan_from_mass(
         cost, cands, t, budget, name, shape=shape, sinks=sinks, kv_budget=kv_budget
     )
-    if signal != "mass":  # lost_mass would be the summed signal: not a mass
-        plan = replace(plan, lost_mass=None, signal=signal)
+    if signal == "output":  # lost_mass would be the summed output error: not a mass
+        plan = replace(plan, lost_mass=None, signal="output")
     return plan

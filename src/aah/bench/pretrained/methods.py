@@ -6,9 +6,8 @@ counted as `PerHeadCache` holds them (`hf_allocate.plan_kv_bytes`):
 
 - `full`: no plan (every head sees everything; KV fraction 1);
 - `uniform`: one window for every head, the widest that fits (StreamingLLM with the sinks);
-- `output`, `gradient`, `mass`: greedy allocation (`hf_allocate.allocate_kv_heads`) on the
-  measured signal of the same name (`hf_search.measure_signal`; `gradient` is the first-order
-  loss estimate of `hf_gradient_error`);
+- `output`, `mass`: greedy allocation (`hf_allocate.allocate_kv_heads`) on the measured signal
+  of the same name (`hf_search.measure_signal`);
 - `duo`: a DuoAttention-style split: each KV head either full or `recent` + sinks, chosen by
   the output signal restricted to those two windows (DuoAttention learns gates; this ranks the
   heads by the measured output change of streaming them);
@@ -38,7 +37,7 @@ from aah.posthoc.plans import shuffled
 
 SHUFFLED = "-shuffled"
 #: per-head method -> the calibration signal it allocates on
-SIGNAL_OF = {"output": "output", "gradient": "gradient", "mass": "mass", "duo": "output"}
+SIGNAL_OF = {"output": "output", "mass": "mass", "duo": "output"}
 BASE_METHODS = ("full", "uniform", "random")
 #: the budget-free methods: one plan each, at its own KV fraction
 AAH_METHODS = ("aah-v3", "aah-v3" + SHUFFLED)
