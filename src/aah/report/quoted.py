@@ -33,7 +33,7 @@ REPORT_GLOBS = (
     "results/REPORT.md", "results/posthoc*/posthoc.md", "results/pretrained/*/table.md",
     "results/hf-peer/peer.md",
 )  # fmt: skip
-#: runs whose numbers live in JSON only: each row's `vs_uniform` with its `ci`
+#: runs whose numbers live in JSON only (`json_quotes`)
 JSON_GLOBS = ("results/pretrained/*.json",)
 #: the documents whose quotes are checked
 DOC_GLOBS = ("README.md", "docs/*.md")
@@ -50,15 +50,19 @@ class Quote:
 
 
 def json_quotes(path: Path, name: str = "") -> list[Quote]:
-    """The `vs_uniform [ci]` of each row of a results JSON, as a report would print them."""
+    """The estimates of a results JSON's `rows`, as a report would print them: each row's
+    `vs_uniform` with its `ci` (a list of rows, the pretrained runs), or each named row's
+    `spearman` with its `interval` (a mapping, the signal-fidelity benchmark)."""
     import json
 
     rows = json.loads(path.read_text(encoding="utf-8")).get("rows", [])
+    named = rows.items() if isinstance(rows, dict) else ((r.get("method"), r) for r in rows)
     out = []
-    for row in rows:
-        if "vs_uniform" in row and "ci" in row:
-            numbers = tuple(f"{x:+.4f}" for x in (row["vs_uniform"], *row["ci"]))
-            out.append(Quote(name, 0, f"{row.get('method')}", numbers))
+    for label, row in named:
+        for mean, interval in (("vs_uniform", "ci"), ("spearman", "interval")):
+            if mean in row and interval in row:
+                numbers = tuple(f"{x:+.4f}" for x in (row[mean], *row[interval]))
+                out.append(Quote(name, 0, str(label), numbers))
     return out
 
 
