@@ -114,3 +114,20 @@ def test_detectable_difference_from_textbook_t_quantiles() -> None:
     # the sign-flip test at five seeds cannot go below p = 2 / 2^5 = 0.0625: nothing decidable
     assert math.isinf(stats.detectable(stats.sign_flip_estimate([0.5] * 5), 1))
     assert math.isnan(stats.detectable(stats.estimate([1.0]), 3))
+
+
+def test_power_line_rates_the_pairs_with_the_most_seeds() -> None:
+    from aah.report import comparisons
+
+    def pair(name: str, diffs: list[float]) -> stats.Paired:
+        seeds = tuple(range(len(diffs)))
+        return stats.Paired(name, "full", seeds, tuple(diffs), stats.estimate(diffs))
+
+    pairs = [pair("a", [0.01, 0.02, 0.03, 0.02, 0.01]), pair("b", [0.1, -0.1, 0.05, 0.0, 0.02]),
+             pair("c", [0.5, -0.4])]  # fmt: skip
+    family = comparisons.family(pairs)
+    line = comparisons.power_line(family, "bits/byte")
+    five = sorted(c.detectable for c in family[:2])
+    assert f"{five[0]:.4f} to {five[1]:.4f} bits/byte over the 2 with 5 seeds" in line
+    assert "1 with fewer seeds need more" in line and "3 Holm-corrected" in line
+    assert family[2].detectable > five[1]  # two seeds: a far wider bound, kept out of the range

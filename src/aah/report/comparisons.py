@@ -237,13 +237,17 @@ def verdict_text(comp: Comparison) -> str:
 
 
 def power_line(comps: Collection[Comparison], unit: str) -> str:
-    """One sentence: the range of differences the family could decide at 80% power."""
-    found = [c.detectable for c in comps if not math.isnan(c.detectable)]
-    if not found:
+    """One sentence: the range of differences the family could decide at 80% power, over
+    its comparisons with the most seeds (a cell still running gives a pair fewer, whose bound
+    is far wider and would say nothing about the suite)."""
+    rated = [c for c in comps if not math.isnan(c.detectable)]
+    if not rated:
         return ""
-    n = min(c.pair.n for c in comps if not math.isnan(c.detectable))
+    n = max(c.pair.n for c in rated)
+    found = [c.detectable for c in rated if c.pair.n == n]
+    fewer = len(rated) - len(found)
     text = (
-        f"Power: at {n} seeds and {len(found)} Holm-corrected comparisons, a comparison is "
+        f"Power: at {n} seeds and {len(rated)} Holm-corrected comparisons, a comparison is "
         "decided with 80% probability only when its true |Δ| is at least "
         "(t(1 − 0.05 / 2m) + t(0.8)) × sd / √n (Holm's first step; sd of its per-seed "
         "differences)"
@@ -251,10 +255,12 @@ def power_line(comps: Collection[Comparison], unit: str) -> str:
     finite = sorted(d for d in found if not math.isinf(d))
     if not finite:
         return text + f": no difference is decidable here at {n} seeds."
-    text += f": {finite[0]:.4f} to {finite[-1]:.4f} {unit} in this table"
+    text += f": {finite[0]:.4f} to {finite[-1]:.4f} {unit} over the {len(found)} with {n} seeds"
     text += f" (median {finite[len(finite) // 2]:.4f})" if len(finite) > 2 else ""
     if len(finite) < len(found):
         text += f"; {len(found) - len(finite)} cannot be decided at any size"
+    if fewer:
+        text += f"; {fewer} with fewer seeds need more"
     return text + ". An undecided comparison below its bound is no evidence of no effect."
 
 
