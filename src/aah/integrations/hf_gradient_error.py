@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 import torch
 
+from aah.integrations.hf_output_error import sampled_rows
 from aah.validate import check_int
 
 
@@ -60,28 +61,15 @@ def gradient_error(
             f"{tuple(grad.shape)} (want {(batch, seq_len, n_q * dim)})"
         )
     scale = dim**-0.5 if scale is None else scale
-    group = n_q // n_kv
-    gen = torch.Generator().manual_seed(seed)
     total = torch.zeros(n_kv, len(candidates), dtype=torch.float64)
     if seq_len < 2:
         return total
-    keys = torch.arange(seq_len, device=q.device)
-    with torch.no_grad():
-        for b in range(batch):
-            pos = torch.randperm(seq_len - 1, generator=gen)[:sample_queries].add_(1).sort().values
-            pos = pos.to(q.device)
-            qs = q[b, :, pos].float() * scale  # (Hq, S, D)
-            kk = k[b].float().repeat_interleave(group, 0)  # (Hq, T, D)
-            vv = v[b].float().repeat_interleave(group, 0)
-            g = grad[b, pos].float().view(-1, n_q, dim).transpose(0, 1)  # (Hq, S, D)
-            dist = pos.view(-1, 1) - keys.view(1, -1)
-            probs = torch.softmax((qs @ kk.transpose(1, 2)).masked_fill(dist < 0, -torch.inf), -1)
-            full = probs @ vv
-            for c, w in enumerate(candidates):
-                kept = probs * ((dist < int(w)) | (keys.view(1, -1) < sinks))
-                windowed = (kept @ vv) / kept.sum(-1, keepdim=True).clamp_min(1e-30)
-                per_head = (g * (windowed - full)).sum(-1).mean(-1)  # (Hq,) mean over rows
-                total[:, c] += per_head.view(n_kv, group).sum(-1).double().cpu()
+    gen = torch.Generator().manual_seed(seed)
+    for b, rows in enumerate(sampled_rows(q, k, v, sample_queries, gen, scale)):
+        g = grad[b, rows.pos].float().view(-1, n_q, dim).transpose(0, 1)  # (Hq, S, D)
+        for c, w in enumerate(candidates):
+            per_head = (g * (rows.windowed(w, sinks) - rows.full)).sum(-1).mean(-1)  # (Hq,)
+            total[:, c] += per_head.view(n_kv, n_q // n_kv).sum(-1).double().cpu()
     return total * (seq_len - 1)
 
 

@@ -19,7 +19,8 @@ projection; no T x T tensor.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -50,16 +51,46 @@ def output_error(
             f"projection of {tuple(w_o.shape)}"
         )
     scale = dim**-0.5 if scale is None else scale
-    group = n_q // n_kv
     gen = torch.Generator().manual_seed(seed)
     proj = w_o.detach().float().view(-1, n_q, dim)  # (E, Hq, D)
     total = torch.zeros(n_q, len(candidates), dtype=torch.float64)
-    keys = torch.arange(seq_len, device=q.device)
     if seq_len < 2:  # row 0 sees only itself, which every window keeps: nothing moves
         return total
+    for rows in sampled_rows(q, k, v, sample_queries, gen, scale):
+        for c, w in enumerate(candidates):
+            moved = torch.einsum("hsd,ehd->hse", rows.full - rows.windowed(w, sinks), proj)
+            total[:, c] += moved.pow(2).sum(-1).mean(-1).double().cpu()
+    return total / batch
+
+
+@dataclass(frozen=True)
+class SampledRows:
+    """One sequence's sampled query rows under full causal attention (query heads first)."""
+
+    pos: torch.Tensor  # (S,) the rows, sorted, from 1..T-1
+    probs: torch.Tensor  # (Hq, S, T) their causal attention
+    values: torch.Tensor  # (Hq, T, D) each query head's values
+    distance: torch.Tensor  # (S, T) row minus key position
+    full: torch.Tensor  # (Hq, S, D) the full rows' outputs
+
+    def windowed(self, window: int, sinks: int) -> torch.Tensor:
+        """(Hq, S, D): the rows' outputs with only the keys i - w < j <= i and j < sinks,
+        renormalised over them (what windowed attention computes)."""
+        keys = torch.arange(self.distance.shape[1], device=self.distance.device)
+        kept = self.probs * ((self.distance < int(window)) | (keys.view(1, -1) < sinks))
+        return (kept @ self.values) / kept.sum(-1, keepdim=True).clamp_min(1e-30)
+
+
+def sampled_rows(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sample_queries: int,
+    gen: torch.Generator, scale: float,
+) -> Iterator[SampledRows]:  # fmt: skip
+    """Per sequence of the batch, `sample_queries` rows drawn from 1..T-1 with `gen` (all of
+    them when fewer), in float32 without gradients; query head h reads KV head h // G."""
+    seq_len, group = q.shape[2], q.shape[1] // k.shape[1]
+    keys = torch.arange(seq_len, device=q.device)
     with torch.no_grad():
-        for b in range(batch):
-            # Rows 1..T-1 only, for the reason above (all of them when fewer are asked for).
+        for b in range(q.shape[0]):
             pos = torch.randperm(seq_len - 1, generator=gen)[:sample_queries].add_(1).sort().values
             pos = pos.to(q.device)
             qs = q[b, :, pos].float() * scale  # (Hq, S, D)
@@ -68,13 +99,7 @@ def output_error(
             dist = pos.view(-1, 1) - keys.view(1, -1)  # (S, T)
             scores = (qs @ kk.transpose(1, 2)).masked_fill(dist < 0, float("-inf"))
             probs = torch.softmax(scores, dim=-1)
-            full = probs @ vv  # (Hq, S, D)
-            for c, w in enumerate(candidates):
-                kept = probs * ((dist < int(w)) | (keys.view(1, -1) < sinks))
-                windowed = (kept @ vv) / kept.sum(-1, keepdim=True).clamp_min(1e-30)
-                moved = torch.einsum("hsd,ehd->hse", full - windowed, proj)
-                total[:, c] += moved.pow(2).sum(-1).mean(-1).double().cpu()
-    return total / batch
+            yield SampledRows(pos, probs, vv, dist, probs @ vv)
 
 
 def output_projection(module: torch.nn.Module) -> torch.Tensor:
