@@ -202,7 +202,9 @@ def test_a_changed_suite_refuses_to_mix_with_old_cells(tmp_path, tiny_corpus):
 def test_a_stop_checkpoints_the_cell_and_the_rerun_matches_an_uninterrupted_sweep(
     tmp_path, tiny_corpus, stop
 ):
-    path = suite_file(tmp_path, tiny_corpus, regimes=("budget",), steps=40)
+    # Long enough that the stop lands mid-cell even when the machine is busy and this
+    # process notices the first checkpoint late (40 steps could finish first).
+    path = suite_file(tmp_path, tiny_corpus, regimes=("budget",), steps=150)
     cmd = [sys.executable, "-m", "aah", "sweep", str(path), "--no-progress", "--out"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cut = tmp_path / "cut"
