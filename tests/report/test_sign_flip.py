@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from aah.report import stats
+from aah.report import comparisons, stats
 
 
 def brute_force_p(diffs: list[float], delta: float = 0.0) -> float:
@@ -108,12 +108,16 @@ def test_detectable_difference_from_textbook_t_quantiles() -> None:
     # five paired values of sd 1: t(0.975, 4) = 2.7764, t(0.80, 4) = 0.9410 (tables)
     e = stats.estimate([1.0, 2.0, 3.0, 4.0, 5.0])  # sd = sqrt(2.5)
     sd = math.sqrt(2.5)
-    assert stats.detectable(e, 1) == pytest.approx((2.7764 + 0.9410) * sd / math.sqrt(5), rel=1e-3)
+    assert comparisons.detectable(e, 1) == pytest.approx(
+        (2.7764 + 0.9410) * sd / math.sqrt(5), rel=1e-3
+    )
     # a family of 10 tests at 0.05: alpha / m = 0.005, t(0.9975, 4) = 5.5976
-    assert stats.detectable(e, 10) == pytest.approx((5.5976 + 0.9410) * sd / math.sqrt(5), rel=1e-3)
+    assert comparisons.detectable(e, 10) == pytest.approx(
+        (5.5976 + 0.9410) * sd / math.sqrt(5), rel=1e-3
+    )
     # the sign-flip test at five seeds cannot go below p = 2 / 2^5 = 0.0625: nothing decidable
-    assert math.isinf(stats.detectable(stats.sign_flip_estimate([0.5] * 5), 1))
-    assert math.isnan(stats.detectable(stats.estimate([1.0]), 3))
+    assert math.isinf(comparisons.detectable(stats.sign_flip_estimate([0.5] * 5), 1))
+    assert math.isnan(comparisons.detectable(stats.estimate([1.0]), 3))
 
 
 def test_power_line_rates_the_pairs_with_the_most_seeds() -> None:

@@ -80,6 +80,29 @@ TWIN_SUFFIXES = (REPLAY_SUFFIX, SCATTER_SUFFIX)
 MATCHED: tuple[tuple[str, str], ...] = tuple(MATCHED_WHY)
 
 
+def detectable(
+    e: stats.Estimate, family_size: int, alpha: float = 0.05, power: float = 0.8
+) -> float:
+    """The smallest |mean difference| this comparison decides with probability `power`, at
+    its n and observed sd, when its Holm family has `family_size` tested comparisons.
+
+    Holm's first step is Bonferroni's (p < alpha / m), so this is the bound for the pair
+    that must clear it: (t_{1 - alpha / (2m), n-1} + t_{power, n-1}) * sd / sqrt(n), the usual
+    normal-approximation power formula with t quantiles. For the sign-flip test it is inf
+    when even n equal signs (p = 2 / 2^n) cannot reach alpha / m: no difference, however
+    large, is decidable at that n. nan for n < 2 or an empty family.
+    """
+    if e.n < 2 or family_size < 1:
+        return math.nan
+    level = alpha / family_size
+    if e.test == "sign-flip" and stats.equal_signs_p(e.n) >= level:
+        return math.inf
+    multiplier = stats.t_critical(e.n - 1, 1.0 - level) + stats.t_critical(
+        e.n - 1, 2.0 * power - 1.0
+    )
+    return multiplier * e.sd / math.sqrt(e.n)
+
+
 def holm(pvalues: Sequence[float]) -> list[float]:
     """Holm step-down adjusted p-values (nan stays nan and is not counted)."""
     order = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
@@ -222,7 +245,7 @@ def family(pairs: Sequence[stats.Paired], declared: Family | None = None) -> lis
     adjusted = holm([p.estimate.p for p in pairs])
     tested = sum(not math.isnan(p.estimate.p) for p in pairs)
     return [
-        Comparison(p, q, declared, stats.detectable(p.estimate, tested))
+        Comparison(p, q, declared, detectable(p.estimate, tested))
         for p, q in zip(pairs, adjusted, strict=True)
     ]
 

@@ -170,7 +170,7 @@ def estimate(values: Sequence[float], level: float = 0.95) -> Estimate:
     if m == 0 and se == 0:
         t, p = 0.0, 1.0
     elif _all_equal(values):  # the sign-flip p (2 / 2^n), never the t test's 0
-        t, p = math.copysign(math.inf, m), _equal_signs_p(n)
+        t, p = math.copysign(math.inf, m), equal_signs_p(n)
     else:
         t = m / se
         p = t_two_sided_p(t, n - 1)
@@ -183,7 +183,7 @@ def _all_equal(values: Sequence[float]) -> bool:
     return max(values) - min(values) <= _EQUAL * max(abs(v) for v in values)
 
 
-def _equal_signs_p(n: int) -> float:
+def equal_signs_p(n: int) -> float:
     """The sign-flip p of n equal non-zero values: 2 / 2^n (floored at the smallest positive
     float, so it is never 0 however large n is)."""
     return max(math.ldexp(1.0, 1 - n), math.ulp(0.0))
@@ -302,25 +302,6 @@ def sign_flip_estimate(
         return Estimate(n, m, NAN, (NAN, NAN), NAN, NAN, "sign-flip")
     ci = sign_flip_interval(values, level, bounds)
     return Estimate(n, m, s, ci, NAN, sign_flip_p(values), "sign-flip")
-
-
-def detectable(e: Estimate, family_size: int, alpha: float = 0.05, power: float = 0.8) -> float:
-    """The smallest |mean difference| this comparison decides with probability `power`, at
-    its n and observed sd, when its Holm family has `family_size` tested comparisons.
-
-    Holm's first step is Bonferroni's (p < alpha / m), so this is the bound for the pair
-    that must clear it: (t_{1 - alpha / (2m), n-1} + t_{power, n-1}) * sd / sqrt(n), the usual
-    normal-approximation power formula with t quantiles. For the sign-flip test it is inf
-    when even n equal signs (p = 2 / 2^n) cannot reach alpha / m: no difference, however
-    large, is decidable at that n. nan for n < 2 or an empty family.
-    """
-    if e.n < 2 or family_size < 1:
-        return NAN
-    level = alpha / family_size
-    if e.test == "sign-flip" and _equal_signs_p(e.n) >= level:
-        return math.inf
-    multiplier = t_critical(e.n - 1, 1.0 - level) + t_critical(e.n - 1, 2.0 * power - 1.0)
-    return multiplier * e.sd / math.sqrt(e.n)
 
 
 @dataclass(frozen=True)
