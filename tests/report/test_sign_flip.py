@@ -121,8 +121,6 @@ def test_detectable_difference_from_textbook_t_quantiles() -> None:
 
 
 def test_power_line_rates_the_pairs_with_the_most_seeds() -> None:
-    from aah.report import comparisons
-
     def pair(name: str, diffs: list[float]) -> stats.Paired:
         seeds = tuple(range(len(diffs)))
         return stats.Paired(name, "full", seeds, tuple(diffs), stats.estimate(diffs))

@@ -217,7 +217,7 @@ class Comparison:
     pair: stats.Paired
     holm_p: float
     family: Family | None = None
-    #: the smallest |Δ| this comparison would decide at 80% power (`stats.detectable`)
+    #: the smallest |Δ| this comparison would decide at 80% power (`detectable` above)
     detectable: float = math.nan
 
     @property
