@@ -6,7 +6,6 @@ import argparse
 import inspect
 import json
 
-import numpy as np
 import pytest
 import torch
 from hf_models import (
@@ -21,7 +20,7 @@ from aah.attention import coverage
 from aah.cli.plan_checks import check_budget_flags
 from aah.controller.mass import mass_beyond
 from aah.integrations import hf, hf_cli
-from aah.integrations.hf_allocate import full_kv_bytes, greedy, kv_shape, plan_kv_bytes
+from aah.integrations.hf_allocate import full_kv_bytes, kv_shape, plan_kv_bytes
 from aah.integrations.hf_mass import mass_beyond_given_sinks
 from aah.integrations.hf_plan import SearchedPlan
 from aah.integrations.hf_search import measure_mass, plan_from_mass
@@ -151,15 +150,6 @@ def test_budgets_below_the_smallest_plan_and_bad_budgets_are_refused(measured) -
         plan_from_mass(mass, CANDIDATES, T, 0.3, "m", shape=shape, kv_budget=10**6)
     with pytest.raises(ValueError, match="kv_budget must be an int of bytes >= 1, got 0"):
         plan_from_mass(mass, CANDIDATES, T, None, "m", shape=shape, kv_budget=0)
-
-
-def test_greedy_keeps_the_cap_and_spends_where_mass_is() -> None:
-    mass = np.array([[0.9, 0.5, 0.0], [0.2, 0.1, 0.0]])
-    cost = np.array([[1, 2, 4], [1, 2, 4]])
-    assert greedy(mass, cost, 1) is None
-    assert greedy(mass, cost, 2).tolist() == [0, 0]
-    assert greedy(mass, cost, 5).tolist() == [2, 0]  # the heavy unit first
-    assert greedy(mass, cost, 8).tolist() == [2, 2]
 
 
 def test_old_plan_files_still_load() -> None:

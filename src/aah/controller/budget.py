@@ -27,6 +27,7 @@ from aah.attention.cost import causal_pairs, window_pairs
 from aah.controller.base import BasePolicy
 from aah.controller.config import ControllerConfig
 from aah.controller.ema import FeatureEMA
+from aah.controller.greedy import greedy, pair_cap
 from aah.controller.plan import Plan
 from aah.controller.protocol import QKV
 
@@ -41,47 +42,23 @@ class Allocation:
     exceeded: bool  # True when even all-smallest is over the budget
 
 
-def pair_cap(budget: float, n_heads: int, seq_len: int) -> int:
-    """Largest total of allowed pairs P with P / (n_heads * T(T+1)/2) <= budget in float math."""
-    denom = n_heads * causal_pairs(seq_len)
-    cap = int(budget * denom)
-    while cap > 0 and cap / denom > budget:
-        cap -= 1
-    while (cap + 1) / denom <= budget:
-        cap += 1
-    return cap
-
-
 def allocate_budget(
     mass: np.ndarray, windows: Sequence[int], seq_len: int, budget: float
 ) -> Allocation:
-    """Greedy allocation described in the module docstring; `mass` is (heads, n_windows)."""
+    """Greedy allocation described in the module docstring (`greedy.greedy`); `mass` is
+    (heads, n_windows)."""
     mass = np.asarray(mass, dtype=np.float64)
-    n, n_w = mass.shape
-    cost = np.array([window_pairs(int(w), seq_len) for w in windows], dtype=np.int64)
+    n = mass.shape[0]
+    per = np.array([window_pairs(int(w), seq_len) for w in windows], dtype=np.int64)
+    cost = np.tile(per, (n, 1))
     cap = pair_cap(budget, n, seq_len)
-    cur = np.zeros(n, dtype=np.int64)
-    total = int(cost[0]) * n
-    exceeded = total > cap
-    rows = np.arange(n)
-    cols = np.arange(n_w)
-    while not exceeded:
-        gain = mass[rows, cur][:, None] - mass
-        extra = cost[None, :] - cost[cur][:, None]
-        ok = (cols[None, :] > cur[:, None]) & (gain > 0) & (total + extra <= cap)
-        if not ok.any():
-            break
-        # Free upgrades (same cost, e.g. two windows >= T) first, then best mass per pair.
-        ratio = np.where(extra > 0, gain / np.maximum(extra, 1), np.inf)
-        flat = int(np.argmax(np.where(ok, ratio, -np.inf)))
-        h, j = divmod(flat, n_w)
-        total += int(extra[h, j])
-        cur[h] = j
-    pairs = int(cost[cur].sum())
+    chosen = greedy(mass, cost, cap)
+    exceeded = chosen is None
+    cur = np.zeros(n, dtype=np.int64) if chosen is None else chosen
     return Allocation(
         indices=[int(i) for i in cur],
-        coverage=pairs / (n * causal_pairs(seq_len)),
-        lost_mass=float(mass[rows, cur].mean()),
+        coverage=int(per[cur].sum()) / (n * causal_pairs(seq_len)),
+        lost_mass=float(mass[np.arange(n), cur].mean()),
         exceeded=exceeded,
     )
 

@@ -14,8 +14,9 @@ with one of two caps (T the calibration length):
   (S + min(c', T)) * D * 2 * itemsize per KV head, with c' = min(c, the layer's own sliding
   window) and S = min(s, T - c') sink slots when c' < T (none for a full head).
 
-Greedy, as `controller.budget.allocate_budget`: every KV head starts at the smallest window;
-repeatedly take the upgrade with the most mass saved per unit of cost that still fits.
+Greedy (`controller.greedy`, as for the training-time policies): every KV head starts at the
+smallest window; repeatedly take the upgrade with the most mass saved per unit of cost that
+still fits.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 
 from aah.attention.cost import sink_slots, window_pairs
-from aah.controller.budget import pair_cap
+from aah.controller.greedy import greedy, pair_cap
 from aah.controller.plan import Plan
 from aah.model.cache_layout import kv_capacities, kv_sinks
 from aah.validate import check_int
@@ -151,27 +152,3 @@ def _unit_bytes(window: int, sliding: int | None, sinks: int, seq_len: int, unit
     w = min(window, sliding) if sliding else window
     slots = sink_slots(w, sinks, seq_len)
     return (slots + min(w, seq_len)) * unit
-
-
-def greedy(mass: np.ndarray, cost: np.ndarray, cap: int) -> np.ndarray | None:
-    """(U,) candidate index per unit minimising sum mass[u, j_u] with sum cost[u, j_u] <= cap,
-    greedily by mass saved per unit of extra cost; None if the all-smallest choice is over.
-    `cost` (U, n_w) must not decrease along the candidates."""
-    n, n_w = mass.shape
-    cur = np.zeros(n, dtype=np.int64)
-    rows, cols = np.arange(n), np.arange(n_w)
-    total = int(cost[:, 0].sum())
-    if total > cap:
-        return None
-    while True:
-        gain = mass[rows, cur][:, None] - mass
-        extra = cost - cost[rows, cur][:, None]
-        ok = (cols[None, :] > cur[:, None]) & (gain > 0) & (total + extra <= cap)
-        if not ok.any():
-            return cur
-        # Free upgrades first (a sliding window makes wider candidates cost the same), then the
-        # best mass per unit of cost.
-        ratio = np.where(extra > 0, gain / np.maximum(extra, 1), np.inf)
-        unit, j = divmod(int(np.argmax(np.where(ok, ratio, -np.inf))), n_w)
-        total += int(extra[unit, j])
-        cur[unit] = j
