@@ -9,12 +9,13 @@ LEAVES = {"choices", "validate", "atomic", "textfile", "runtime"}
 ALLOWED: dict[str, set[str]] = {
     **{leaf: set() for leaf in LEAVES},
     "records": {"atomic", "textfile"},
+    "plan": {"atomic", "textfile"},
     "attention": {"choices"},
-    "model": {"attention", "choices", "validate"},
+    "model": {"attention", "choices", "plan", "validate"},
     "data": {"atomic", "validate"},
-    "controller": {"attention", "records", "textfile", "validate"},
-    "eval": {"model", "data", "attention", "controller"},
-    "train": {"model", "data", "controller", "eval", "records", "atomic", "validate"},
+    "controller": {"attention", "plan", "records", "textfile", "validate"},
+    "eval": {"model", "data", "attention", "controller", "plan"},
+    "train": {"model", "data", "controller", "eval", "plan", "records", "atomic", "validate"},
     "sweep": {"train", "controller", "records", "textfile", "validate"},
     "report": {"records", "sweep", "train", "controller", "data", "attention"},
     "posthoc": {
@@ -27,8 +28,9 @@ ALLOWED: dict[str, set[str]] = {
         "report",
         "validate",
         "atomic",
+        "plan",
     },
-    "integrations": {"attention", "choices", "controller", "model", "validate"},
+    "integrations": {"attention", "choices", "controller", "model", "plan", "validate"},
 }
 BELOW_CLI = set(TOP) - {"cli", "bench", "__main__"}
 

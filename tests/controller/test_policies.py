@@ -6,8 +6,9 @@ import json
 import pytest
 import torch
 
-from aah.controller import POLICIES, ControllerConfig, load_plan, make_policy, plan_to_json
+from aah.controller import POLICIES, ControllerConfig, make_policy
 from aah.controller.protocol import ProbesLoss
+from aah.plan import WindowPlan
 
 L, H, HKV, T, D, B = 3, 6, 3, 64, 8, 2
 ADAPTIVE = [
@@ -291,10 +292,10 @@ def test_fixed_and_full_plans():
 def test_static_plan_file_round_trip(tmp_path):
     plan = [[1, 2, 3, 4, 5, 6], [6] * 6, [64] * 6]
     export = tmp_path / "plan.json"
-    export.write_text(plan_to_json(plan, step=10))
+    WindowPlan.of(plan, step=10).save(export)
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps(plan))
-    assert load_plan(str(export)) == load_plan(str(bare)) == plan
+    assert WindowPlan.load(export).windows == WindowPlan.load(bare).windows == plan
     assert json.loads(export.read_text())["step"] == 10
     pol = policy("static", static_plan=str(export))
     assert pol.initial_plan() == plan and not pol.wants_update(100)
@@ -302,6 +303,10 @@ def test_static_plan_file_round_trip(tmp_path):
     bad.write_text(json.dumps([[1, 2]]))
     with pytest.raises(ValueError, match="static_plan"):
         policy("static", static_plan=str(bad))
+    sunk = tmp_path / "sinks.json"
+    WindowPlan.of(plan, 4).save(sunk)  # training runs no sinks: refused, not dropped
+    with pytest.raises(ValueError, match="attention sinks, which training does not run"):
+        policy("static", static_plan=str(sunk))
 
 
 @pytest.mark.parametrize(

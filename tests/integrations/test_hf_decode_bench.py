@@ -54,18 +54,21 @@ def test_bad_flags_name_the_value(capsys) -> None:
 
 
 def test_a_plan_file_is_scaled_to_each_context_and_held_exactly(tmp_path, capsys) -> None:
-    from aah.bench.hf_decode import scaled_plan
-    from aah.controller.plan import plan_to_json
+    from aah.bench.hf_decode import plan_at
+    from aah.plan import WindowPlan
 
     plan = [[8, 8, 32, 32], [16, 16, 4, 4]]  # searched at T = 32: heads at 32 saw everything
     path = tmp_path / "plan.json"
-    path.write_text(plan_to_json(plan, seq_len=32, sinks=2))
-    assert scaled_plan(str(path), 64, 70) == [[16, 16, 70, 70], [32, 32, 8, 8]]
+    WindowPlan.of(plan, 2, 32).save(path)
+    scaled = plan_at(str(path), 64, 70, None)
+    assert scaled.windows == [[16, 16, 70, 70], [32, 32, 8, 8]]
+    assert scaled.sinks == [[2] * 4] * 2  # the file's own sinks travel with it
+    assert plan_at(str(path), 64, 70, 3).sinks == [[3] * 4] * 2  # unless --sinks says otherwise
     bare = tmp_path / "bare.json"
-    bare.write_text(plan_to_json(plan))
-    assert scaled_plan(str(bare), 64, 70) == plan  # no seq_len recorded: used as it is
+    WindowPlan.of(plan).save(bare)
+    assert plan_at(str(bare), 64, 70, None).windows == plan  # no seq_len recorded: as it is
     argv = ["bench", "hf-decode", "--seq-lens", "32,64", "--batch-size", "1", "--new-tokens",
-            "2", "--reps", "1", "--warmup", "0", "--plan", str(path), "--sinks", "2",
+            "2", "--reps", "1", "--warmup", "0", "--plan", str(path),
             "--threads", "1", "--json", *TINY]  # fmt: skip
     assert main(argv) == 0
     rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]

@@ -137,3 +137,22 @@ def test_plan_search_and_apply_take_a_gguf_file(gguf_model, tmp_path: Path, caps
     assert main(["plan", "apply", str(path), "--plan", str(plan), *common]) == 0
     applied = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert applied["ppl_plan"] > 0 and applied["seq_len"] == 32
+
+
+def test_plan_apply_takes_any_plan_file_with_its_sinks(gguf_model, tmp_path: Path, capsys) -> None:
+    from aah.plan import WindowPlan
+
+    model, path = gguf_model
+    n_layer, n_head = model.config.num_hidden_layers, model.config.num_attention_heads
+    text = tmp_path / "calib.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")
+    common = ["--text", str(text), "--seq-len", "32", "--max-batches", "2", "--device", "cpu"]
+    coverage = {}
+    for sinks in (0, 2):  # the format `aah bench pretrained` writes: extra keys, its own sinks
+        plan = tmp_path / f"bench-{sinks}.json"
+        WindowPlan.of([[4] * n_head] * n_layer, sinks, 32, method="output", kv_fraction=0.3).save(
+            plan
+        )
+        assert main(["plan", "apply", str(path), "--plan", str(plan), *common]) == 0
+        coverage[sinks] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["coverage"]
+    assert coverage[2] > coverage[0]  # the file's sinks were applied, not dropped

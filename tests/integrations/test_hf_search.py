@@ -11,7 +11,6 @@ import torch
 from hf_models import VOCAB, plant_local_head, tiny_model
 
 from aah.attention import coverage
-from aah.controller.plan import load_plan
 from aah.integrations import hf
 from aah.integrations.hf_data import token_batches
 from aah.integrations.hf_plan import SearchedPlan
@@ -22,6 +21,7 @@ from aah.integrations.hf_search import (
     plan_from_mass,
     search_plan,
 )
+from aah.plan import WindowPlan
 
 T = 64
 CANDIDATES = [1, 2, 4, 8, 16, 32, 64]
@@ -110,7 +110,9 @@ def test_plan_json_round_trips_exactly(tmp_path) -> None:
     path = tmp_path / "plan.json"
     plan.save(path)
     assert SearchedPlan.load(path) == plan
-    assert load_plan(str(path)) == plan.windows  # the project's plan reader takes it too
+    read = WindowPlan.load(path)  # the project's one plan reader takes it, sinks and all
+    assert read.windows == plan.windows and read.seq_len == plan.seq_len
+    assert read.sinks == (plan.sinks or [[0] * len(r) for r in plan.windows])
     data = json.loads(path.read_text())
     assert set(data) >= {"windows", "budget", "coverage", "candidates", "model"}
 

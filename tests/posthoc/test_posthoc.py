@@ -10,8 +10,8 @@ import torch
 
 from aah.attention import coverage
 from aah.cli import main
-from aah.controller import load_plan
 from aah.model import GPT, GPTConfig
+from aah.plan import WindowPlan
 from aah.posthoc.analysis import EvalSet, RunResult, score
 from aah.posthoc.plans import aah_plan, budgeted_plan, shuffled, uniform_window
 from aah.posthoc.report import markdown, summarize, twins
@@ -172,15 +172,15 @@ def test_posthoc_command_on_two_tiny_runs(tmp_path, tiny_corpus, capsys):
             assert row["delta_bpb"] == pytest.approx(row["bpb"] - run["full_bpb"])
     # Every imposed plan is a plan file; loss-ablation-shuffled permutes within each layer.
     plans = out / "plans" / "full-s0"
-    ablation = load_plan(str(plans / "loss-ablation-0.2.json"))
-    control = load_plan(str(plans / "loss-ablation-shuffled-0.2.json"))
+    ablation = WindowPlan.load(plans / "loss-ablation-0.2.json").windows
+    control = WindowPlan.load(plans / "loss-ablation-shuffled-0.2.json").windows
     assert [sorted(r) for r in ablation] == [sorted(r) for r in control]
-    assert load_plan(str(plans / "aah-v3.json")) == next(
+    assert WindowPlan.load(plans / "aah-v3.json").windows == next(
         r["windows"] for r in payload["runs"][0]["rows"] if r["policy"] == "aah-v3"
     )
     aah, twin = (
-        load_plan(str(plans / "aah-v3.json")),
-        load_plan(str(plans / "aah-v3-shuffled.json")),
+        WindowPlan.load(plans / "aah-v3.json").windows,
+        WindowPlan.load(plans / "aah-v3-shuffled.json").windows,
     )
     assert [sorted(r) for r in aah] == [sorted(r) for r in twin]
     assert "| `aah-v3` | `aah-v3-shuffled` | — | 2 |" in (out / "posthoc.md").read_text()

@@ -28,8 +28,10 @@ from aah.attention import coverage
 from aah.bench.timing import environment
 from aah.cli import flags
 from aah.model.cache_layout import kv_capacities, kv_sinks
+from aah.plan import WindowPlan
 
 CACHES = ("per-head", "dynamic")
+DEFAULT_SINKS = 4
 
 
 def kv_plan_for_coverage(
@@ -54,10 +56,10 @@ def kv_plan_for_coverage(
 
 
 def expected_kv_bytes(
-    plan: list[list[int]], sinks: int, n_kv: int, max_len: int, t: int, batch: int, unit: int
-) -> int:
+    plan: list[list[int]], sink_rows: list[list[int]], n_kv: int, max_len: int, t: int,
+    batch: int, unit: int,
+) -> int:  # fmt: skip
     """B x sum over layers and KV heads of (min(S, t) + min(C, t)) x unit (D x 2 x itemsize)."""
-    sink_rows = [[sinks] * len(row) for row in plan]
     caps = kv_capacities(plan, n_kv, max_len)
     slots = kv_sinks(plan, sink_rows, n_kv, max_len)
     held = sum(
@@ -68,23 +70,12 @@ def expected_kv_bytes(
     return batch * held * unit
 
 
-def scaled_plan(path: str, seq_len: int, full: int) -> list[list[int]]:
-    """The plan in `path` (export format, `aah.controller.plan.load_plan`) at context `seq_len`:
-    a plan that records the `seq_len` it was searched at has its windows scaled by
-    seq_len / that length, and a head that saw everything gets `full`, so the plan holds the
-    same share of the cache at every T; a plan without one is used as it is."""
-    from aah.controller.plan import load_plan
-    from aah.textfile import read_json
-
-    plan = load_plan(path)
-    data = read_json(path, "plan file")
-    searched = data.get("seq_len") if isinstance(data, dict) else None
-    if not searched:
-        return plan
-    return [
-        [full if w >= searched else max(1, round(w * seq_len / searched)) for w in row]
-        for row in plan
-    ]
+def plan_at(path: str, seq_len: int, full: int, sinks: int | None) -> WindowPlan:
+    """The plan file at `path` for context `seq_len` (`WindowPlan.at_length`: windows scaled by
+    seq_len / the length it was searched at, whole-context heads to `full`), with its own
+    sinks, or `sinks` for every head when given."""
+    plan = WindowPlan.load(path).at_length(seq_len, full)
+    return plan if sinks is None else WindowPlan.of(plan.windows, sinks, plan.seq_len)
 
 
 def build_model(args: argparse.Namespace, max_len: int) -> torch.nn.Module:
@@ -135,8 +126,9 @@ class _Run:
     """One cache's decoding state: the model's settings, the cache, the next tokens."""
 
     def __init__(
-        self, model: torch.nn.Module, name: str, plan: list[list[int]], sinks: int, max_len: int
-    ) -> None:
+        self, model: torch.nn.Module, name: str, plan: list[list[int]], sinks: list[list[int]],
+        max_len: int,
+    ) -> None:  # fmt: skip
         from transformers import DynamicCache
 
         from aah.integrations import hf
@@ -180,17 +172,20 @@ def bench_case(
     rounds = args.warmup + args.reps
     max_len = seq_len + rounds * args.new_tokens  # positions fed (not the last token)
     if args.plan:
-        plan = scaled_plan(args.plan, seq_len, max_len)
+        planned = plan_at(args.plan, seq_len, max_len, args.sinks)
     else:
-        plan = kv_plan_for_coverage(
+        sinks = DEFAULT_SINKS if args.sinks is None else args.sinks
+        windows = kv_plan_for_coverage(
             cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, seq_len,
-            max_len, args.coverage, args.window or max(1, seq_len // 32), args.sinks,
+            max_len, args.coverage, args.window or max(1, seq_len // 32), sinks,
         )  # fmt: skip
+        planned = WindowPlan.of(windows, sinks)
+    plan, sink_rows = planned.windows, planned.sinks
     gen = torch.Generator().manual_seed(args.seed + seq_len + batch)
     prompt = torch.randint(2, cfg.vocab_size, (batch, seq_len), generator=gen)
     times: dict[str, list[float]] = {name: [] for name in CACHES}
     with torch.inference_mode():
-        runs = {name: _Run(model, name, plan, args.sinks, max_len) for name in CACHES}
+        runs = {name: _Run(model, name, plan, sink_rows, max_len) for name in CACHES}
         prefill = {name: run.prefill(prompt) for name, run in runs.items()}
         for r in range(rounds):
             for name in CACHES:  # interleaved: A B A B
@@ -207,14 +202,14 @@ def bench_case(
     # Every position was fed, so the per-head cache's storage is exactly what it holds.
     held = runs["per-head"].cache.reserved_nbytes() == kv["per-head"]
     expected = expected_kv_bytes(
-        plan, args.sinks, cfg.num_key_value_heads, max_len, max_len, batch, unit
+        plan, sink_rows, cfg.num_key_value_heads, max_len, max_len, batch, unit
     )
     every = batch * cfg.num_hidden_layers * cfg.num_key_value_heads * max_len * unit
     ok = {"per-head": held and kv["per-head"] == expected, "dynamic": kv["dynamic"] == every}
     med = {name: statistics.median(ts) for name, ts in times.items()}
     full = [[max_len] * cfg.num_attention_heads for _ in plan]
     cov = {
-        "per-head": coverage(plan, seq_len, args.sinks).causal,
+        "per-head": coverage(plan, seq_len, sink_rows).causal,
         "dynamic": coverage(full, seq_len).causal,
     }
     return [
@@ -250,7 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--coverage", type=float, default=0.2, help="plan causal coverage cap (default 0.2)"
     )
     p.add_argument("--window", type=int, default=0, help="short KV heads' window (default 0: T/32)")
-    p.add_argument("--sinks", type=int, default=4, help="attention sinks per head (default 4)")
+    p.add_argument(
+        "--sinks", type=int, default=None,
+        help=f"attention sinks per head (default: a --plan file's own, else {DEFAULT_SINKS})",
+    )  # fmt: skip
     flags.add_threads(p)
     p.add_argument(
         "--model",
@@ -281,7 +279,8 @@ def check_args(args: argparse.Namespace) -> None:
     flags.check_threads(args.threads)
     for flag, value, low in (
         ("--new-tokens", args.new_tokens, 1), ("--reps", args.reps, 1),
-        ("--warmup", args.warmup, 0), ("--window", args.window, 0), ("--sinks", args.sinks, 0),
+        ("--warmup", args.warmup, 0), ("--window", args.window, 0),
+        ("--sinks", 0 if args.sinks is None else args.sinks, 0),
         ("--layers", args.layers, 1), ("--kv-heads", args.kv_heads, 1), ("--vocab", args.vocab, 2),
     ):  # fmt: skip
         if value < low:
@@ -315,9 +314,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.kv_heads} KV heads, vocab {args.vocab}"
     )
     plan = (
-        f"{args.plan} (+ {args.sinks} sinks)"
+        f"{args.plan} (+ {'its own' if args.sinks is None else args.sinks} sinks)"
         if args.plan
-        else f"KV heads at window {args.window or 'T/32'} + {args.sinks} sinks or full, "
+        else f"KV heads at window {args.window or 'T/32'} + "
+        f"{DEFAULT_SINKS if args.sinks is None else args.sinks} sinks or full, "
         f"coverage <= {args.coverage}"
     )
     print(

@@ -1,6 +1,6 @@
 """`aah plan`: window plans as plain data.
 
-- `export RUN_DIR`: the plan in force in a run, as JSON (aah.controller.plan_to_json);
+- `export RUN_DIR`: the plan in force in a run, as a plan file (`aah.plan.WindowPlan`);
 - `search MODEL_DIR`: a plan for a Hugging Face model, one window per KV head, under a
   coverage or KV-byte budget, with optional attention sinks;
 - `apply MODEL_DIR --plan FILE`: perplexity of a Hugging Face model with and without a plan
@@ -68,11 +68,11 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             return run_action(args)
         except OSError as err:  # e.g. a hub name that cannot be fetched, a full disk
             raise ValueError((str(err).strip() or repr(err)).splitlines()[0]) from None
-    from aah.controller.plan import plan_to_json
+    from aah.plan import WindowPlan
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
         raise ValueError(f"run directory {str(run_dir)!r} does not exist")
     plan, extra_fields = plan_in_force(run_dir)
-    print(plan_to_json(plan, **extra_fields))
+    print(WindowPlan.of(plan, **extra_fields).to_json())  # type: ignore[arg-type]
     return 0

@@ -5,7 +5,6 @@ tensors per layer and returns plain `Plan`s (`windows[layer][head]`).
 """
 
 from aah.controller.config import POLICIES, ControllerConfig
-from aah.controller.plan import Plan, load_plan, plan_to_json
 from aah.controller.policies import make_policy
 from aah.controller.protocol import QKV, Policy
 
@@ -13,9 +12,6 @@ __all__ = [
     "POLICIES",
     "QKV",
     "ControllerConfig",
-    "Plan",
     "Policy",
-    "load_plan",
     "make_policy",
-    "plan_to_json",
 ]

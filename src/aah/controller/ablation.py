@@ -34,8 +34,8 @@ from aah.controller.budget import (
 )
 from aah.controller.config import ControllerConfig
 from aah.controller.ema import FeatureEMA
-from aah.controller.plan import Plan, full_plan
 from aah.controller.protocol import QKV
+from aah.plan import Plan, full_plan
 
 #: mean next-byte loss (nats) of the model under a plan, on fixed calibration data.
 LossProbe = Callable[[Plan], float]

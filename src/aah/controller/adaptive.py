@@ -25,9 +25,9 @@ from aah.controller.base import BasePolicy
 from aah.controller.config import ControllerConfig
 from aah.controller.head_stats import attention_stats, sample_rows
 from aah.controller.hierarchy import GroupingRule
-from aah.controller.plan import Plan
 from aah.controller.protocol import QKV
 from aah.controller.scorer import Scorer
+from aah.plan import Plan
 
 ADAPTIVE_POLICIES: dict[str, str] = {
     "aah-v3-full-adaptive": "full-adaptive",

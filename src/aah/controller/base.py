@@ -16,8 +16,8 @@ import torch
 from aah.controller.config import ControllerConfig
 from aah.controller.decide import is_update_step
 from aah.controller.mass import mass_beyond
-from aah.controller.plan import Plan, full_plan
 from aah.controller.protocol import QKV
+from aah.plan import Plan, full_plan
 
 
 class BasePolicy:

@@ -28,8 +28,8 @@ from aah.controller.base import BasePolicy
 from aah.controller.config import ControllerConfig
 from aah.controller.ema import FeatureEMA
 from aah.controller.greedy import greedy, pair_cap
-from aah.controller.plan import Plan
 from aah.controller.protocol import QKV
+from aah.plan import Plan
 
 
 @dataclass(frozen=True)

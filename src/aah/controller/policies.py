@@ -19,9 +19,9 @@ from aah.controller.adaptive import ADAPTIVE_POLICIES, AdaptivePolicy
 from aah.controller.base import BasePolicy
 from aah.controller.budget import BudgetPolicy, ShuffledBudgetPolicy
 from aah.controller.config import REPLAY_POLICIES, ControllerConfig
-from aah.controller.plan import Plan, check_plan, load_plan
 from aah.controller.protocol import QKV, Policy
 from aah.controller.replay import ReplayPolicy
+from aah.plan import Plan, WindowPlan, check_plan
 
 # Keeps the random-window stream apart from other seeded draws of the same seed.
 RANDOM_STREAM = 1_000_003
@@ -116,7 +116,10 @@ def make_policy(
         return StaticPolicy("fixed", cfg, [[w] * n_head for _ in range(n_layer)], **dims)
     if cfg.policy == "static":
         try:
-            plan = check_plan(load_plan(str(cfg.static_plan)), n_layer, n_head)
+            loaded = WindowPlan.load(str(cfg.static_plan))
+            if loaded.has_sinks:
+                raise ValueError("the plan has attention sinks, which training does not run")
+            plan = check_plan(loaded.windows, n_layer, n_head)
         except (OSError, ValueError) as err:
             raise ValueError(f"controller.static_plan {cfg.static_plan!r}: {err}") from err
         return StaticPolicy("static", cfg, plan, **dims)

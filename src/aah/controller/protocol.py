@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from aah.controller.plan import Plan
+from aah.plan import Plan
 
 #: per layer, the detached (q, k, v) of one forward: (B, H, T, D) and (B, Hkv, T, D), and
 #: optionally a 4th item, the attention output (B, H, T, D) that forward computed under the

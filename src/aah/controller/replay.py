@@ -30,8 +30,8 @@ import torch
 from aah import records
 from aah.controller.base import BasePolicy
 from aah.controller.config import ControllerConfig
-from aah.controller.plan import Plan, check_plan
 from aah.controller.protocol import QKV
+from aah.plan import Plan, check_plan
 
 #: Keeps the replay permutations apart from other draws made with the same seed.
 REPLAY_STREAM = 104_729

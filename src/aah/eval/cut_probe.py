@@ -23,8 +23,8 @@ import torch.nn.functional as F
 
 from aah.attention import windowed_attention
 from aah.controller.ablation import losses_plan_by_plan
-from aah.controller.plan import Plan, full_plan
 from aah.model import GPT
+from aah.plan import Plan, full_plan
 
 #: (layer, head, window): that head alone cut to that window.
 Cut = tuple[int, int, int]

@@ -26,7 +26,6 @@ from typing import Any
 import torch
 
 from aah.attention.registry import BACKENDS
-from aah.controller.plan import Plan, check_plan
 from aah.integrations.hf_attention import (
     BACKEND_ATTR,
     PROBE_ATTR,
@@ -42,6 +41,7 @@ from aah.integrations.hf_layout import (  # noqa: F401  (FAMILIES: re-exported)
     require_transformers,
 )
 from aah.integrations.hf_load import load_model  # noqa: F401  (re-exported)
+from aah.plan import Plan, check_plan
 from aah.validate import is_int
 
 IMPLEMENTATION = "aah"

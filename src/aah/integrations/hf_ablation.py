@@ -29,11 +29,11 @@ from typing import NamedTuple
 import torch
 from tqdm import tqdm
 
-from aah.controller.plan import Plan
 from aah.integrations.hf import applied
 from aah.integrations.hf_allocate import check_candidates
 from aah.integrations.hf_layout import decoder_layers, layout
 from aah.integrations.hf_replay import recording, replaying
+from aah.plan import Plan
 from aah.validate import check_int
 
 

@@ -29,8 +29,8 @@ import torch
 
 from aah.attention.cost import sink_slots, window_pairs
 from aah.controller.greedy import greedy, pair_cap
-from aah.controller.plan import Plan
 from aah.model.cache_layout import kv_capacities, kv_sinks
+from aah.plan import Plan
 from aah.validate import check_int
 
 

@@ -192,14 +192,14 @@ def run_plan_apply(args: argparse.Namespace) -> int:
     from aah.integrations.hf import applied
     from aah.integrations.hf_allocate import full_kv_bytes, kv_shape, plan_kv_bytes
     from aah.integrations.hf_load import load_model
-    from aah.integrations.hf_plan import SearchedPlan
     from aah.integrations.hf_report import perplexity
     from aah.integrations.hf_search import calibration_batches
+    from aah.plan import WindowPlan
 
     text = _read(args.text)
     if not Path(args.plan).is_file():
         raise ValueError(f"plan file {args.plan!r} does not exist")
-    plan = SearchedPlan.load(args.plan)
+    plan = WindowPlan.load(args.plan)  # any plan file: a search's, a benchmark's, an export
     model, tokenizer = load_model(args.model, args.device)
     batches = calibration_batches(
         model,
@@ -213,7 +213,7 @@ def run_plan_apply(args: argparse.Namespace) -> int:
     base = perplexity(model, batches)
     with applied(model, plan, backend=args.backend):
         planned = perplexity(model, batches)
-    cov = coverage(plan.windows, t, plan.sinks or 0).causal
+    cov = coverage(plan.windows, t, plan.sinks).causal
     shape = kv_shape(model)
     kv, full = (
         plan_kv_bytes(plan.windows, plan.sinks, shape, t),

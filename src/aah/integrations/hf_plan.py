@@ -17,8 +17,8 @@ change of each head's residual-stream contribution, `hf_output_error`; `lost_mas
 "loss" (the loss rise of cutting each KV head alone, `hf_ablation`; `lost_mass` is then null and
 `loss_increase` holds the summed single-KV-head loss rises of the chosen windows, nats, an
 additive estimate of the plan's own). JSON floats are written with Python's
-shortest round-trip repr, so `from_json(p.to_json()) == p` exactly. The file is also readable
-by `aah.controller.plan.load_plan` (it has a "windows" key).
+shortest round-trip repr, so `from_json(p.to_json()) == p` exactly. The file is also a plan
+file of the project's one format (`aah.plan.WindowPlan.load` reads it, sinks and all).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import get_args
 
 from aah.choices import SearchSignal
-from aah.controller.plan import Plan, check_plan
+from aah.plan import Plan, check_plan
 from aah.validate import is_int
 
 FIELDS = (

@@ -23,6 +23,7 @@ from aah.attention.variants import make_variant
 from aah.model.cache import KVCache, LayerCache
 from aah.model.config import SCORE_BIAS_POSITIONS, GPTConfig
 from aah.model.positions import NoPosition, make_position
+from aah.plan import check_plan, check_sinks
 
 #: One layer's activations for a window controller: q and k after the position transform, v,
 #: and the attention output (B, Hq, T, D) where it is plain windowed softmax without sinks
@@ -247,46 +248,22 @@ class GPT(nn.Module):
         self, plan: Sequence[Sequence[int]], sinks: Sequence[Sequence[int]] | None = None
     ) -> None:
         """Set per-layer, per-head windows (ints >= 1; w >= T is full causal) and sinks (ints
-        >= 0 shaped like the plan; None: none). Sinks need plain softmax attention."""
+        >= 0 shaped like the plan; None: none). Sinks need plain softmax attention. A
+        `aah.plan.WindowPlan` gives both: `set_window_plan(p.windows, p.sinks)`."""
         n_layer, n_head = self.config.n_layer, self.config.n_head
-        try:
-            layers = [list(row) for row in plan]
-        except TypeError:
-            raise ValueError(
-                f"plan must be a list per layer of per-head ints, got {plan!r}"
-            ) from None
-        if len(layers) != n_layer:
-            raise ValueError(f"plan has {len(layers)} layers, the model has {n_layer}")
-        for i, row in enumerate(layers):
-            if len(row) != n_head:
-                raise ValueError(
-                    f"plan layer {i} has {len(row)} windows, the model has {n_head} heads"
-                )
-            for w in row:
-                if isinstance(w, bool) or not isinstance(w, int) or w < 1:
-                    raise ValueError(f"plan layer {i}: every window must be an int >= 1, got {w!r}")
-        sink_rows = self._check_sinks(sinks)
-        for block, row, srow in zip(self.blocks, layers, sink_rows, strict=True):
-            block.attn.windows = tuple(int(w) for w in row)
-            block.attn.sinks = srow
-
-    def _check_sinks(self, sinks: Sequence[Sequence[int]] | None) -> list[tuple[int, ...]]:
-        n_layer, n_head = self.config.n_layer, self.config.n_head
+        layers = check_plan(plan, n_layer, n_head)
         if sinks is None:
-            return [(0,) * n_head] * n_layer
-        rows = [tuple(row) for row in sinks]
-        if len(rows) != n_layer or any(len(r) != n_head for r in rows):
-            raise ValueError(f"sinks must be [layer][head] like the plan, got {sinks!r:.80}")
-        for i, row in enumerate(rows):
-            for s in row:
-                if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-                    raise ValueError(f"sinks layer {i}: every sink must be an int >= 0, got {s!r}")
-        if any(any(r) for r in rows) and not plain_softmax(self.config):
+            sink_rows = [[0] * n_head for _ in range(n_layer)]
+        else:
+            sink_rows = check_sinks(sinks, n_layer, n_head)
+        if any(any(r) for r in sink_rows) and not plain_softmax(self.config):
             raise ValueError(
                 "sinks need plain softmax attention; this model runs attention "
                 f"{self.config.attention!r} with position {self.config.position!r}"
             )
-        return rows
+        for block, row, srow in zip(self.blocks, layers, sink_rows, strict=True):
+            block.attn.windows = tuple(row)
+            block.attn.sinks = tuple(srow)
 
     def window_plan(self) -> list[list[int]]:
         """The plan in force, `[layer][head]`."""

@@ -40,7 +40,7 @@ from aah.controller.aahv3 import LayerInputs
 from aah.controller.adaptive import AdaptivePolicy
 from aah.controller.budget import allocate_budget
 from aah.controller.head_stats import attention_stats
-from aah.controller.plan import Plan
+from aah.plan import Plan
 
 BUDGETED = (
     "budget",

@@ -3,7 +3,7 @@ multi-run analysis resumes where it stopped, and each imposed plan as a plan fil
 
 OUT/runs/<run name>-<hash of its path>.json holds the run's `RunResult` and the config it
 was scored under; it is reused only when that config equals the current one.
-OUT/plans/<run name>/<policy>[-<cap>].json is a plan file (`aah.controller.plan_to_json`) that
+OUT/plans/<run name>/<policy>[-<cap>].json is a plan file (`aah.plan.WindowPlan`) that
 any run can load, e.g. `--controller.policy static --controller.static_plan FILE`.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from aah.atomic import write_text_atomic
-from aah.controller.plan import plan_to_json
+from aah.plan import WindowPlan
 from aah.posthoc.analysis import PosthocConfig, RunResult
 
 
@@ -50,4 +50,4 @@ def save_finished(out: Path, result: RunResult, cfg: PosthocConfig) -> None:
     for row in result.rows:
         name = row["policy"] if row["cap"] is None else f"{row['policy']}-{row['cap']:g}"
         meta = {"policy": row["policy"], "cap": row["cap"], "run": result.run}
-        write_text_atomic(plans / f"{name}.json", plan_to_json(row["windows"], **meta))
+        WindowPlan.of(row["windows"], **meta).save(plans / f"{name}.json")

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
-from aah.controller.plan import Plan
 from aah.integrations.hf_allocate import KVShape, allocate_kv_heads, full_kv_bytes, plan_kv_bytes
+from aah.plan import Plan
 from aah.posthoc.plans import shuffled
 
 SHUFFLED = "-shuffled"

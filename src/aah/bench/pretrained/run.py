@@ -304,9 +304,8 @@ def write_outputs(out, args, rows, full, plans, grids, full_needle, t0) -> None:
     from dataclasses import asdict
 
     from aah import records
-    from aah.atomic import write_text_atomic
     from aah.bench.pretrained.plots import plot_quality_vs_kv
-    from aah.controller.plan import plan_to_json
+    from aah.plan import WindowPlan
 
     full_loss = sum(full) / len(full)
     md = table.markdown(rows, full_loss, full_needle)
@@ -334,8 +333,8 @@ def write_outputs(out, args, rows, full, plans, grids, full_needle, t0) -> None:
     records.write_json(out / "results.json", result)
     for (method, fraction), plan in plans.items():  # for aah plan apply / aah bench hf-decode
         if plan is not None:
-            text = plan_to_json(plan, seq_len=args.seq_len, sinks=args.sinks, method=method,
-                                kv_fraction=fraction)  # fmt: skip
-            write_text_atomic(out / "plans" / f"{method}-kv{fraction:g}.json", text + "\n")
+            WindowPlan.of(plan, args.sinks, args.seq_len, method=method, kv_fraction=fraction).save(
+                out / "plans" / f"{method}-kv{fraction:g}.json"
+            )
     print(md, flush=True)
     print(json.dumps({k: result[k] for k in ("benchmark", "env", "full_loss", "rows", "seconds")}))
