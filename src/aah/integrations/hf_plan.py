@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import get_args
 
 from aah.choices import SearchSignal
-from aah.plan import Plan, check_plan
+from aah.plan import Plan, WindowPlan, check_plan
 from aah.validate import is_int
 
 FIELDS = (
@@ -60,15 +60,7 @@ class SearchedPlan:
     loss_increase: float | None = None
 
     def __post_init__(self) -> None:
-        check_plan(self.windows)
-        if self.sinks is not None:
-            shape = [len(row) for row in self.windows]
-            if (
-                not isinstance(self.sinks, list)
-                or [len(r) for r in self.sinks] != shape
-                or any(not is_int(s) or s < 0 for r in self.sinks for s in r)
-            ):
-                raise ValueError(f"sinks must be ints >= 0 shaped like windows, got {self.sinks!r}")
+        self.window_plan()  # windows and sinks checked as every plan is
         if not self.candidates or any(not is_int(c) or c < 1 for c in self.candidates):
             raise ValueError(f"candidates must be ints >= 1, got {self.candidates!r}")
         for name in ("budget", "coverage"):
@@ -95,6 +87,10 @@ class SearchedPlan:
             or not math.isfinite(self.loss_increase)
         ):
             raise ValueError(f"loss_increase must be a finite number, got {self.loss_increase!r}")
+
+    def window_plan(self) -> WindowPlan:
+        """The plan itself (windows, sinks, seq_len), for `hf.apply`, caches and plan files."""
+        return WindowPlan.of(self.windows, self.sinks, self.seq_len)
 
     def to_json(self) -> str:
         """The file format, one JSON object."""
