@@ -150,6 +150,24 @@ def test_budgets_below_the_smallest_plan_and_bad_budgets_are_refused(measured) -
         plan_from_mass(mass, CANDIDATES, T, 0.3, "m", shape=shape, kv_budget=10**6)
     with pytest.raises(ValueError, match="kv_budget must be an int of bytes >= 1, got 0"):
         plan_from_mass(mass, CANDIDATES, T, None, "m", shape=shape, kv_budget=0)
+    from aah.integrations.hf_search import search_plan
+
+    for bad, message in (
+        ({"budget": 0.3, "kv_fraction": 0.3}, "exactly one of budget, kv_budget and kv_fraction"),
+        ({"kv_fraction": 1.5}, r"kv_fraction must be in \(0, 1\], got 1.5"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            search_plan(model, ids(), sinks=SINKS, seq_len=T, **bad)
+
+
+def test_kv_fraction_is_that_share_of_the_full_cache(measured) -> None:
+    from aah.integrations.hf_search import search_plan
+
+    model = measured["llama"][0]
+    full = full_kv_bytes(kv_shape(model), model.config.num_hidden_layers, T)
+    by_fraction = search_plan(model, ids(), kv_fraction=0.4, sinks=SINKS, seq_len=T)
+    by_bytes = search_plan(model, ids(), kv_budget=int(0.4 * full), sinks=SINKS, seq_len=T)
+    assert by_fraction == by_bytes and by_fraction.kv_bytes <= 0.4 * full
 
 
 def test_old_plan_files_still_load() -> None:

