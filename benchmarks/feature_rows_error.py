@@ -51,8 +51,8 @@ def main() -> int:
         windows = spread_windows(load_tokens(cfg.data, seq_len=seq_len).val, seq_len, 8)
         full = [[seq_len] * cfg.model.n_head for _ in range(cfg.model.n_layer)]
         model.set_window_plan(full)
-        with torch.no_grad():
-            _, acts = model(windows[:, :-1], capture_qkv=True)
+        with torch.no_grad(), model.capturing() as acts:
+            model(windows[:, :-1])
         exact_plan = first_decision(cfg, acts, 0)
         result: dict = {"run": run, "seq_len": seq_len}
         for n in counts:

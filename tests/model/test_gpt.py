@@ -51,9 +51,10 @@ def test_shapes_and_capture():
     x = torch.randint(0, 256, (3, 11))
     logits = model(x)
     assert logits.shape == (3, 11, 256)
-    logits2, qkv = model(x, capture_qkv=True)
+    with model.capturing() as qkv:
+        logits2 = model(x)
     torch.testing.assert_close(logits, logits2)
-    assert len(qkv) == 2
+    assert isinstance(logits2, torch.Tensor) and len(qkv) == 2
     q, k, v, out = qkv[0]
     assert q.shape == (3, 4, 11, 8) and k.shape == (3, 2, 11, 8) and v.shape == (3, 2, 11, 8)
     assert not any(t.requires_grad for t in qkv[1])
@@ -67,9 +68,25 @@ def test_capture_has_no_output_where_it_is_not_plain_windowed_softmax():
     x = torch.randint(0, 256, (2, 9))
     model = GPT(tiny())
     model.set_window_plan([[3, 9, 2, 9]] * 2, sinks=[[1, 0, 0, 0]] * 2)
-    assert all(acts[3] is None for acts in model(x, capture_qkv=True)[1])
+    with model.capturing() as captured:
+        model(x)
+    assert len(captured) == 2 and all(acts[3] is None for acts in captured)
     variant = GPT(tiny(attention="kernel"))
-    assert all(acts[3] is None for acts in variant(x, capture_qkv=True)[1])
+    with variant.capturing() as captured:
+        variant(x)
+    assert len(captured) == 2 and all(acts[3] is None for acts in captured)
+
+
+def test_capturing_records_only_inside_its_block_and_does_not_nest():
+    model = GPT(tiny())
+    x = torch.randint(0, 256, (1, 5))
+    with model.capturing() as first:
+        model(x)
+        model(x)
+        with pytest.raises(ValueError, match="already active"), model.capturing():
+            pass
+    model(x)  # outside: nothing recorded, nothing kept
+    assert len(first) == 4 and model._recording is None
 
 
 @pytest.mark.parametrize("position", ["rope", "learned", "none"])

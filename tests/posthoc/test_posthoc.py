@@ -69,8 +69,8 @@ def test_the_aah_v3_twin_permutes_the_decision_within_each_layer():
     torch.manual_seed(0)
     cfg = GPTConfig(n_layer=2, n_head=8, n_kv_head=8, d_model=32, max_seq_len=T)
     model = GPT(cfg).eval()
-    with torch.no_grad():
-        _, qkv = model(torch.randint(0, 256, (2, T)), capture_qkv=True)
+    with torch.no_grad(), model.capturing() as qkv:
+        model(torch.randint(0, 256, (2, T)))
     for policy in ("aah-v3", "aah-v3-grouping-off"):
         plan = aah_plan(policy, qkv, [8, 16, 32, 64], seed=3)
         twin = aah_plan(policy + "-shuffled", qkv, [8, 16, 32, 64], seed=3)

@@ -90,8 +90,8 @@ def policy_plans(
     cfg = model.config
     full = [[cfg.max_seq_len] * cfg.n_head for _ in range(cfg.n_layer)]
     model.set_window_plan(full)
-    with torch.no_grad():
-        _, acts = model(x, capture_qkv=True)
+    with torch.no_grad(), model.capturing() as acts:
+        model(x)
     out: dict[str, tuple[list[list[int]], ControlTimer]] = {}
     for name in policies:
         interval, policy = _fresh_policy(model, name, budget, feature_rows)
@@ -102,8 +102,8 @@ def policy_plans(
         if before_next > 0 and policy.wants_activations(before_next):
             # As in training: that step's forward ran under the new plan (not timed).
             model.set_window_plan(plan)
-            with torch.no_grad():
-                _, under_plan = model(x, capture_qkv=True)
+            with torch.no_grad(), model.capturing() as under_plan:
+                model(x)
 
         timer = functools.partial(
             _control_seconds, model, name, budget, feature_rows, acts, before_next, under_plan

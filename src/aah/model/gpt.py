@@ -12,7 +12,8 @@ each later call feeds one token per row at the next position.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -138,15 +139,16 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Byte-level decoder with tied embeddings and a per-layer, per-head window plan.
 
-    `forward(idx)` -> logits (B, T, V); with `capture_qkv=True` -> (logits, [(q, k, v, out)]
-    per layer), detached `Activations`: what a window controller reads.
-    `forward(idx, cache=cache)`: the same, at positions `cache.length` onward, through the
-    cache (an empty cache takes the prompt (B, T >= 1); a filled one one token per row).
+    `forward(idx)` -> logits (B, T, V), always. `forward(idx, cache=cache)`: the same, at
+    positions `cache.length` onward, through the cache (an empty cache takes the prompt
+    (B, T >= 1); a filled one one token per row). `with model.capturing() as acts:` records
+    each layer's detached (q, k, v, out) `Activations`: what a window controller reads.
     """
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = config.validate()
+        self._recording: list[Activations] | None = None
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.position = make_position(config)
         self.drop = nn.Dropout(config.dropout)
@@ -166,9 +168,10 @@ class GPT(nn.Module):
         for param in self.position.parameters():
             nn.init.normal_(param, mean=0.0, std=std)
 
-    def forward(
-        self, idx: torch.Tensor, *, capture_qkv: bool = False, cache: KVCache | None = None
-    ) -> torch.Tensor | tuple[torch.Tensor, list[Activations]]:
+    def forward(self, idx: torch.Tensor, *, cache: KVCache | None = None) -> torch.Tensor:
+        """(B, T) bytes -> next-byte logits (B, T, V): training and scoring without a cache;
+        prefill (an empty cache) and decoding steps with one. Inside `capturing()` each layer's
+        detached activations are recorded too."""
         if idx.dim() != 2:
             raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
         t = idx.shape[1]
@@ -177,15 +180,28 @@ class GPT(nn.Module):
             what = f"position {offset} + {t} tokens" if offset else f"sequence length {t}"
             raise ValueError(f"{what} exceeds model.max_seq_len {self.config.max_seq_len}")
         x = self.embed_input(idx, offset)
-        captured: list[Activations] = []
+        record = self._recording
         for i, block in enumerate(self.blocks):
             x, acts = block(x, self.position, None if cache is None else cache.layer(i))
-            if capture_qkv:
-                captured.append(tuple(None if a is None else a.detach() for a in acts))  # type: ignore[arg-type]
+            if record is not None:
+                record.append(tuple(None if a is None else a.detach() for a in acts))  # type: ignore[arg-type]
         if cache is not None:
             cache.advance(t)
-        logits = self.logits(x)
-        return (logits, captured) if capture_qkv else logits
+        return self.logits(x)
+
+    @contextmanager
+    def capturing(self) -> Iterator[list[Activations]]:
+        """Inside the block, every forward appends each layer's detached (q, k, v, y) to the
+        yielded list, layer by layer (y None where the layer's output is not plain attention),
+        what the controller's policies read. Works through a DDP wrapper: the wrapper's
+        forward runs this model's."""
+        if self._recording is not None:
+            raise ValueError("capturing() is already active on this model")
+        self._recording = []
+        try:
+            yield self._recording
+        finally:
+            self._recording = None
 
     def embed_input(self, idx: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """(B, T) bytes at positions offset.. -> the residual stream entering block 0."""

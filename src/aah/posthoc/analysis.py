@@ -127,7 +127,8 @@ def measure_mass(
     """(n_layer, n_head, n_candidates) mass beyond each candidate, mean over windows."""
     total = None
     for i, chunk in enumerate(torch.split(windows, 2)):
-        _, qkv = model(chunk[:, :-1], capture_qkv=True)
+        with model.capturing() as qkv:
+            model(chunk[:, :-1])
         per_layer = [mass_beyond(q, k, v, candidates, seed=seed + i) for q, k, v, *_ in qkv]
         mass = torch.stack(per_layer).double()
         total = mass if total is None else total + mass
@@ -158,8 +159,8 @@ def run_posthoc(
         if any(p in NEEDS_ABLATION for p in cfg.policies)
         else None
     )
-    with torch.no_grad():
-        _, qkv = model(calib[: min(2, calib.shape[0]), :-1], capture_qkv=True)
+    with torch.no_grad(), model.capturing() as qkv:
+        model(calib[: min(2, calib.shape[0]), :-1])
     plans: list[tuple[str, float | None, list[list[int]]]] = []
     for policy in cfg.policies:
         if policy in AAH:

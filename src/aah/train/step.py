@@ -103,12 +103,13 @@ def _forward_backward(
         capture = observe and micro == 0
         sync = not info.enabled or micro == cfg.grad_accum - 1
         ctx = contextlib.nullcontext() if sync else run.net.no_sync()
-        with ctx:
+        record = state.model.capturing() if capture else contextlib.nullcontext(captured)
+        with ctx, record as got:
             with torch.autocast(
                 device.type, dtype=run.amp or torch.float32, enabled=run.amp is not None
             ):
-                out = run.net(x, capture_qkv=capture)
-            logits, captured = out if capture else (out, captured)
+                logits = run.net(x)
+            captured = got
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
             (loss / cfg.grad_accum).backward()
         step_loss += float(loss.detach()) / cfg.grad_accum
