@@ -10,10 +10,11 @@ import torch
 
 from aah.attention import coverage
 from aah.cli import main
+from aah.controller.shuffle import shuffled
 from aah.model import GPT, GPTConfig
 from aah.plan import WindowPlan
 from aah.posthoc.analysis import EvalSet, RunResult, score
-from aah.posthoc.plans import aah_plan, budgeted_plan, shuffled, uniform_window
+from aah.posthoc.plans import aah_plan, budgeted_plan, uniform_window
 from aah.posthoc.report import markdown, summarize, twins
 
 T = 64
@@ -60,8 +61,8 @@ def test_uniform_window_is_the_largest_under_the_cap():
 
 def test_shuffles_are_seeded_permutations():
     plan = [[1, 2, 3, 4], [5, 6, 7, 8]]
-    a = shuffled(plan, torch.Generator().manual_seed(0), across_layers=True)
-    b = shuffled(plan, torch.Generator().manual_seed(0), across_layers=True)
+    a = shuffled(plan, torch.Generator().manual_seed(0), "model")
+    b = shuffled(plan, torch.Generator().manual_seed(0), "model")
     assert a == b and sorted(flat(a)) == list(range(1, 9))
 
 

@@ -27,6 +27,7 @@ from aah.controller.head_stats import attention_stats, sample_rows
 from aah.controller.hierarchy import GroupingRule
 from aah.controller.protocol import QKV
 from aah.controller.scorer import Scorer
+from aah.controller.shuffle import draw, permute
 from aah.plan import Plan
 
 ADAPTIVE_POLICIES: dict[str, str] = {
@@ -80,9 +81,7 @@ class AdaptivePolicy(BasePolicy):
         self._perms = self._draw_perms() if cfg.policy == "shuffle" else None
 
     def _draw_perms(self) -> list[list[int]]:
-        return [
-            torch.randperm(self.n_head, generator=self._aux).tolist() for _ in range(self.n_layer)
-        ]
+        return draw(self._aux, self.n_layer, self.n_head, "layer")
 
     @property
     def layers(self) -> list[LayerController]:
@@ -133,7 +132,7 @@ class AdaptivePolicy(BasePolicy):
         if self._perms is not None:
             if decides and self.cfg.random_resample:
                 self._perms = self._draw_perms()
-            rows = [[row[p] for p in perm] for row, perm in zip(rows, self._perms, strict=True)]
+            rows = permute(rows, self._perms, "layer")  # type: ignore[arg-type]
         plan = [[self.windows[i] for i in row] for row in rows]  # type: ignore[union-attr]
         if decides:
             last = [ctl.last for ctl in self._layers]

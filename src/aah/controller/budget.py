@@ -29,6 +29,7 @@ from aah.controller.config import ControllerConfig
 from aah.controller.ema import FeatureEMA
 from aah.controller.greedy import greedy, pair_cap
 from aah.controller.protocol import QKV
+from aah.controller.shuffle import shuffled
 from aah.plan import Plan
 
 
@@ -136,9 +137,7 @@ class LayerShuffle(BasePolicy):
         plan = super().update(step, qkv)
         if plan is None:
             raise ValueError(f"{self.name}: the policy it shuffles made no plan")
-        self._plan = [
-            [row[i] for i in torch.randperm(len(row), generator=self._gen).tolist()] for row in plan
-        ]
+        self._plan = shuffled(plan, self._gen, "layer")
         return self.current_plan()
 
     def _state(self) -> dict:

@@ -31,6 +31,7 @@ from aah import records
 from aah.controller.base import BasePolicy
 from aah.controller.config import ControllerConfig
 from aah.controller.protocol import QKV
+from aah.controller.shuffle import draw, permute
 from aah.plan import Plan, check_plan
 
 #: Keeps the replay permutations apart from other draws made with the same seed.
@@ -90,21 +91,16 @@ class ReplayPolicy(BasePolicy):
         gen = torch.Generator().manual_seed(cfg.seed + REPLAY_STREAM)
         n_layer, n_head = dims["n_layer"], dims["n_head"]
         if cfg.policy == "replay-shuffled":
-            self._perms = [torch.randperm(n_head, generator=gen).tolist() for _ in range(n_layer)]
+            self._perms = draw(gen, n_layer, n_head, "layer")
         elif self._scatter:
-            self._perms = [torch.randperm(n_layer * n_head, generator=gen).tolist()]
+            self._perms = draw(gen, n_layer, n_head, "model")
         self._schedule = {step: self._permuted(plan) for step, plan in schedule}
         super().__init__(cfg.policy, cfg, plan=self._schedule[0], **dims)
 
     def _permuted(self, plan: Plan) -> Plan:
         if self._perms is None:
             return [list(row) for row in plan]
-        if not self._scatter:
-            return [[row[p] for p in perm] for row, perm in zip(plan, self._perms, strict=True)]
-        flat = [w for row in plan for w in row]
-        moved = [flat[p] for p in self._perms[0]]
-        n_head = len(plan[0])
-        return [moved[i : i + n_head] for i in range(0, len(moved), n_head)]
+        return permute(plan, self._perms, "model" if self._scatter else "layer")
 
     def wants_update(self, step: int) -> bool:
         return step in self._schedule and step > 0

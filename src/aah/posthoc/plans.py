@@ -40,6 +40,7 @@ from aah.controller.aahv3 import LayerInputs
 from aah.controller.adaptive import AdaptivePolicy
 from aah.controller.budget import allocate_budget
 from aah.controller.head_stats import attention_stats
+from aah.controller.shuffle import shuffled
 from aah.plan import Plan
 
 BUDGETED = (
@@ -63,17 +64,6 @@ def budget_plan(mass: np.ndarray, windows: Sequence[int], seq_len: int, cap: flo
     n_layer, n_head, _ = mass.shape
     idx = allocate_budget(mass.reshape(n_layer * n_head, -1), windows, seq_len, cap).indices
     return [[windows[i] for i in idx[l * n_head : (l + 1) * n_head]] for l in range(n_layer)]
-
-
-def shuffled(plan: Plan, gen: torch.Generator, *, across_layers: bool) -> Plan:
-    """Windows permuted within each layer, or across every head of every layer."""
-    if not across_layers:
-        return [[row[i] for i in torch.randperm(len(row), generator=gen).tolist()] for row in plan]
-    flat = [w for row in plan for w in row]
-    order = torch.randperm(len(flat), generator=gen).tolist()
-    n = len(plan[0])
-    perm = [flat[i] for i in order]
-    return [perm[l * n : (l + 1) * n] for l in range(len(plan))]
 
 
 def uniform_window(seq_len: int, cap: float) -> int:
@@ -111,7 +101,7 @@ def budgeted_plan(
         if loss is None:
             raise ValueError(f"policy {policy!r} needs the measured per-head loss ablation")
         plan = budget_plan(loss, windows, seq_len, cap)
-        return plan if policy == "loss-ablation" else shuffled(plan, gen, across_layers=False)
+        return plan if policy == "loss-ablation" else shuffled(plan, gen, "layer")
     if policy == "uniform":
         return [[uniform_window(seq_len, cap)] * mass.shape[1] for _ in range(mass.shape[0])]
     if policy == "uniform-layer":
@@ -120,7 +110,7 @@ def budgeted_plan(
     if policy == "budget":
         return plan
     if policy in ("budget-shuffled", "random"):
-        return shuffled(plan, gen, across_layers=policy == "random")
+        return shuffled(plan, gen, "model" if policy == "random" else "layer")
     raise ValueError(f"unknown post-hoc policy {policy!r}; choose one of {', '.join(POLICIES)}")
 
 
@@ -133,7 +123,7 @@ def aah_plan(
         raise ValueError(f"unknown post-hoc policy {policy!r}; choose one of {', '.join(AAH)}")
     if policy.endswith(SHUFFLED_SUFFIX):
         plan = aah_plan(policy.removesuffix(SHUFFLED_SUFFIX), qkv, windows, seed)
-        return shuffled(plan, torch.Generator().manual_seed(seed), across_layers=False)
+        return shuffled(plan, torch.Generator().manual_seed(seed), "layer")
     name = {"aah-v3": "aah-v3-full-adaptive", "aah-v3-grouping-off": "aah-v3-grouping-off"}
     q0, k0 = qkv[0][0], qkv[0][1]
     seq_len = q0.shape[2]

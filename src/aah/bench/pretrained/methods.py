@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import torch
 
+from aah.controller.shuffle import shuffled
 from aah.integrations.hf_allocate import KVShape, allocate_kv_heads, full_kv_bytes, plan_kv_bytes
 from aah.plan import Plan
-from aah.posthoc.plans import shuffled
 
 SHUFFLED = "-shuffled"
 #: per-head method -> the calibration signal it allocates on
@@ -143,7 +143,7 @@ def shuffled_twin(plan: Plan, n_kv_head: int, seed: int) -> Plan:
     along: the same windows per layer and the same KV bytes, on other heads."""
     group = len(plan[0]) // n_kv_head
     blocks = [[tuple(row[i * group : (i + 1) * group]) for i in range(n_kv_head)] for row in plan]
-    moved = shuffled(blocks, torch.Generator().manual_seed(seed), across_layers=False)
+    moved = shuffled(blocks, torch.Generator().manual_seed(seed), "layer")
     return [[w for block in row for w in block] for row in moved]
 
 
