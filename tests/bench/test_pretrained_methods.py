@@ -138,6 +138,26 @@ def test_table_rows_pair_blocks_and_adjust_over_one_family() -> None:
         table.rows({("output", 0.3): full}, full, {("output", 0.3): 0.3})
 
 
+def test_needles_are_paired_with_full_attention_needle_by_needle() -> None:
+    full = [1.0, 2.0]
+    losses = {("uniform", 0.3): [1.5, 2.5], ("output", 0.3): [1.2, 2.1]}
+    hits = {
+        ("full", 1.0): [True] * 8 + [False, False],
+        ("uniform", 0.3): [False] * 6 + [True, True, False, False],  # 6 lost, none gained
+        ("output", 0.3): [True] * 7 + [False, True, False],  # 1 lost, 1 gained
+    }
+    got = {r.method: r for r in table.rows(losses, full, {k: 0.3 for k in losses}, hits)}
+    assert (got["uniform"].needles_lost, got["uniform"].needles_gained) == (6, 0)
+    assert got["uniform"].needles_p == pytest.approx(2 / 2**6)  # exact: all 6 one way
+    assert (got["output"].needles_lost, got["output"].needles_gained) == (1, 1)
+    assert got["output"].needles_p == pytest.approx(1.0) and got["output"].needle == 0.8
+    assert table.needle_change([True, False], [True, False]) == (0, 0, 1.0)
+    md = table.markdown(list(got.values()), 1.5, 0.8)
+    assert "| -6 / +0, p 0.031 |" in md
+    with pytest.raises(ValueError, match="3 and 2 needles cannot be paired"):
+        table.needle_change([True] * 3, [True] * 2)
+
+
 def test_cell_store_resumes_refuses_other_settings_and_survives_a_torn_line(tmp_path) -> None:
     path = tmp_path / "cells.jsonl"
     store = CellStore(path, {"t": 64})

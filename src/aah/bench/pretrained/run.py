@@ -237,8 +237,8 @@ def all_plans(model, calib, args, store: CellStore) -> tuple[dict, dict]:
 
 
 def needle_results(model, tokenizer, plans, args, store: CellStore) -> tuple[dict, dict]:
-    """(method, KV fraction) -> share of needles retrieved, and -> its (length, depth) grid,
-    for full attention and the --needle-methods."""
+    """(method, KV fraction) -> its per-needle hits, and -> its (length, depth) grid, for
+    full attention (under ("full", 1.0)) and the --needle-methods."""
     from aah.bench.pretrained import needles
 
     depths = [i / max(1, args.needle_depths - 1) for i in range(args.needle_depths)]
@@ -251,12 +251,11 @@ def needle_results(model, tokenizer, plans, args, store: CellStore) -> tuple[dic
     probed = [(("full", 1.0), None)]
     probed += [(k, p) for k, p in plans.items() if k[0] in args.needle_methods]
     hits = evaluate(model, [p for _, p in probed], items, needles.needle_hit, kind, args, store)
-    share, grids = {}, {}
+    got, grids = {}, {}
     for key, plan in probed:
-        got = hits[digest(plan, args.sinks)]
-        share[key] = sum(got) / len(got)
-        grids[key] = needles.grid_of(items, got)
-    return share, grids
+        got[key] = hits[digest(plan, args.sinks)]
+        grids[key] = needles.grid_of(items, got[key])
+    return got, grids
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,17 +284,19 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     plans, budgets = all_plans(model, calib, args, store)
     losses = evaluate(model, [None, *plans.values()], held, corpus.block_loss, "loss", args, store)
-    share, grids = {}, {}
+    hits, grids = {}, {}
     if args.needle_lengths:
-        share, grids = needle_results(model, tokenizer, plans, args, store)
+        hits, grids = needle_results(model, tokenizer, plans, args, store)
     full = losses[digest(None, args.sinks)]
     rows = table.rows(
         {k: losses[digest(p, args.sinks)] for k, p in plans.items()},
         full,
         {k: budgets[k[1]].fraction_of(p) for k, p in plans.items()},
-        share,
+        hits,
     )
-    write_outputs(out, args, rows, full, plans, grids, share.get(("full", 1.0)), t0)
+    full_hits = hits.get(("full", 1.0))
+    full_needle = None if full_hits is None else sum(full_hits) / len(full_hits)
+    write_outputs(out, args, rows, full, plans, grids, full_needle, t0)
     return 0
 
 

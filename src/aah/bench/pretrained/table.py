@@ -4,7 +4,9 @@ Differences are paired over held-out blocks (the same text under both plans): me
 t-interval over blocks, and a Holm-adjusted p-value. The Holm family is declared here, before
 any number: every (method, KV fraction) against `uniform` at the same fraction, `full`
 included, one family per run. The difference from `full` is given beside it with its
-interval (descriptive, not tested).
+interval (descriptive, not tested). Needles are compared with full attention needle by
+needle: how many full retrieves and the plan misses (lost), the reverse (gained), and the
+exact two-sided sign test on those discordant needles (McNemar's exact test), unadjusted.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from aah.report.comparisons import holm
-from aah.report.stats import Estimate, estimate
+from aah.report.stats import Estimate, estimate, sign_flip_p
 
 Losses = Mapping[tuple[str, float], Sequence[float]]  # (method, KV fraction) -> per block
 
@@ -28,6 +30,9 @@ class Row:
     vs_uniform: Estimate | None  # None for uniform itself
     holm_p: float | None
     needle: float | None  # share of needles retrieved, when the grid ran
+    needles_lost: int | None = None  # retrieved by full attention, missed under the plan
+    needles_gained: int | None = None  # missed by full attention, retrieved under the plan
+    needles_p: float | None = None  # exact sign test over the discordant needles
 
 
 def _diff(a: Sequence[float], b: Sequence[float]) -> Estimate:
@@ -36,15 +41,31 @@ def _diff(a: Sequence[float], b: Sequence[float]) -> Estimate:
     return estimate([x - y for x, y in zip(a, b, strict=True)])
 
 
+def needle_change(full: Sequence[bool], plan: Sequence[bool]) -> tuple[int, int, float]:
+    """(lost, gained, p): needles full attention retrieves and the plan misses, the reverse,
+    and the exact two-sided sign test over those discordant needles (1 when there are none)."""
+    if len(full) != len(plan):
+        raise ValueError(f"{len(full)} and {len(plan)} needles cannot be paired")
+    diffs = [int(a) - int(b) for a, b in zip(full, plan, strict=True) if bool(a) != bool(b)]
+    lost = sum(d > 0 for d in diffs)
+    return lost, len(diffs) - lost, sign_flip_p(diffs) if diffs else 1.0
+
+
 def rows(
     losses: Losses,
     full: Sequence[float],
     kv_held: Mapping[tuple[str, float], float],
-    needles: Mapping[tuple[str, float], float] | None = None,
+    needles: Mapping[tuple[str, float], Sequence[bool]] | None = None,
 ) -> list[Row]:
     """One row per (method, KV fraction) in `losses`, in their order; `full` is the full
-    model's per-block losses, `kv_held` each plan's KV fraction."""
+    model's per-block losses, `kv_held` each plan's KV fraction, `needles` each plan's
+    per-needle hits, full attention's under ("full", 1.0)."""
     needles = needles or {}
+    change = {
+        k: needle_change(needles[("full", 1.0)], hits)
+        for k, hits in needles.items()
+        if k != ("full", 1.0)
+    }
     tested = [k for k in losses if k[0] != "uniform"]
     missing = [f for _, f in tested if ("uniform", f) not in losses]
     if missing:
@@ -55,7 +76,11 @@ def rows(
         Row(
             method=k[0], kv_target=k[1], kv_fraction=kv_held[k],
             loss=sum(v) / len(v), vs_full=_diff(v, full),
-            vs_uniform=vs_uniform.get(k), holm_p=adjusted.get(k), needle=needles.get(k),
+            vs_uniform=vs_uniform.get(k), holm_p=adjusted.get(k),
+            needle=sum(needles[k]) / len(needles[k]) if k in needles else None,
+            needles_lost=change[k][0] if k in change else None,
+            needles_gained=change[k][1] if k in change else None,
+            needles_p=change[k][2] if k in change else None,
         )
         for k, v in losses.items()
     ]  # fmt: skip
@@ -77,14 +102,18 @@ def markdown(table: Sequence[Row], full_loss: float, full_needle: float | None) 
     """The table as Markdown: one block per KV fraction, the full model's line first."""
     head = (
         "| KV budget | method | KV held | loss (nats) | vs full [95% CI] | vs uniform [95% CI] "
-        "| Holm p | needles |\n|---|---|---|---|---|---|---|---|\n"
+        "| Holm p | needles | needles vs full (lost / gained, p) |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
     )
     needle = "" if full_needle is None else f"{full_needle:.2f}"
-    lines = [f"| 1.0 | full | 1.000 | {full_loss:.4f} | | | | {needle} |"]
+    lines = [f"| 1.0 | full | 1.000 | {full_loss:.4f} | | | | {needle} | |"]
     for r in table:
         acc = "" if r.needle is None else f"{r.needle:.2f}"
+        moved = ""
+        if r.needles_p is not None:
+            moved = f"-{r.needles_lost} / +{r.needles_gained}, p {r.needles_p:.2g}"
         lines.append(
             f"| {r.kv_target:.3g} | {r.method} | {r.kv_fraction:.3f} | {r.loss:.4f} | "
-            f"{_ci(r.vs_full)} | {_ci(r.vs_uniform)} | {_p(r.holm_p)} | {acc} |"
+            f"{_ci(r.vs_full)} | {_ci(r.vs_uniform)} | {_p(r.holm_p)} | {acc} | {moved} |"
         )
     return head + "\n".join(lines) + "\n"
