@@ -10,7 +10,7 @@ of the prompt, `f x L x H_kv x P x D x 2 x 4` bytes per sequence.
 
 Methods here (project environment):
 - `full`: DynamicCache with sdpa, no compression.
-- `searched`: `hf_search.search_plan(kv_budget=f x full, sinks=4)` on calibration windows of
+- `searched`: `hf.search.search_plan(kv_budget=f x full, sinks=4)` on calibration windows of
   another seed (T=P), served by `PerHeadCache` (`hf.apply` + `hf.per_head_cache`).
 - `loss-searched`: the same search on the loss signal (`search_plan(signal="loss")`: the
   calibration loss rise of cutting each KV head alone to each candidate, measured once per
@@ -165,9 +165,9 @@ def eval_model(args: argparse.Namespace) -> None:
     from transformers import DynamicCache, LlamaForCausalLM
 
     from aah.integrations import hf
-    from aah.integrations.hf_ablation import measure_loss_costs
-    from aah.integrations.hf_allocate import full_kv_bytes, kv_shape
-    from aah.integrations.hf_search import calibration_batches, plan_from_loss, search_plan
+    from aah.integrations.hf.ablation import measure_loss_costs
+    from aah.integrations.hf.allocate import full_kv_bytes, kv_shape
+    from aah.integrations.hf.search import calibration_batches, plan_from_loss, search_plan
 
     torch.set_num_threads(args.threads)
     model = LlamaForCausalLM.from_pretrained(args.model).eval()

@@ -64,9 +64,9 @@ def windows(args: argparse.Namespace) -> None:
     from aah.bench.pretrained import corpus, methods
     from aah.bench.pretrained.run import candidates, default_model
     from aah.integrations.hf import applied, layout
-    from aah.integrations.hf_allocate import kv_shape
-    from aah.integrations.hf_load import load_model
-    from aah.integrations.hf_search import measure_signal
+    from aah.integrations.hf.allocate import kv_shape
+    from aah.integrations.hf.load import load_model
+    from aah.integrations.hf.search import measure_signal
 
     t0 = time.time()
     model_dir = args.model or default_model()

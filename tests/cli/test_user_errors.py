@@ -111,12 +111,12 @@ def test_resuming_with_fewer_steps_changes_nothing(tmp_path, tiny_corpus, capsys
 
 
 def test_plan_search_checks_its_paths_before_loading(tmp_path, capsys, monkeypatch):
-    import aah.integrations.hf_cli as hf_cli
+    from aah.cli import hf_plan
 
     def never(*args, **kwargs):
         raise AssertionError("the search ran")
 
-    monkeypatch.setattr(hf_cli, "run_plan_search", never)
+    monkeypatch.setattr(hf_plan, "run_plan_search", never)
     text = tmp_path / "calib.txt"
     text.write_text("calibration text " * 20)
     model = tmp_path / "model"

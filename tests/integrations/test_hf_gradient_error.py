@@ -12,8 +12,8 @@ pytest.importorskip("transformers")
 from hf_models import SEARCH_CANDIDATES, SEARCH_SINKS, SEARCH_T, search_ids, tiny_model
 
 from aah.integrations.hf import applied
-from aah.integrations.hf_ablation import cut_plan
-from aah.integrations.hf_gradient_error import measure_gradient_error
+from aah.integrations.hf.ablation import cut_plan
+from aah.integrations.hf.gradient_error import measure_gradient_error
 
 
 def _o_proj_input(model, ids, layer: int, *, grad: bool):

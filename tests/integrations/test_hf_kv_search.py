@@ -17,13 +17,14 @@ from hf_models import (
 )
 
 from aah.attention import coverage
+from aah.cli import hf_plan
 from aah.cli.plan_checks import check_budget_flags
 from aah.controller.mass import mass_beyond
-from aah.integrations import hf, hf_cli
-from aah.integrations.hf_allocate import full_kv_bytes, kv_shape, plan_kv_bytes
-from aah.integrations.hf_mass import mass_beyond_given_sinks
-from aah.integrations.hf_plan import SearchedPlan
-from aah.integrations.hf_search import measure_mass, plan_from_mass
+from aah.integrations import hf
+from aah.integrations.hf.allocate import full_kv_bytes, kv_shape, plan_kv_bytes
+from aah.integrations.hf.mass import mass_beyond_given_sinks
+from aah.integrations.hf.search import measure_mass, plan_from_mass
+from aah.integrations.hf.searched_plan import SearchedPlan
 
 T, CANDIDATES, SINKS = SEARCH_T, SEARCH_CANDIDATES, SEARCH_SINKS
 ids = search_ids
@@ -104,7 +105,7 @@ def test_kv_plan_never_exceeds_the_byte_budget(measured, family: str, fraction: 
 
 
 def test_byte_formula_is_what_the_per_head_cache_holds(measured) -> None:
-    from aah.integrations.hf_cache import PerHeadCache
+    from aah.integrations.hf.cache import PerHeadCache
 
     for family in ("llama", "mistral"):
         model, _, mass = measured[family]
@@ -150,7 +151,7 @@ def test_budgets_below_the_smallest_plan_and_bad_budgets_are_refused(measured) -
         plan_from_mass(mass, CANDIDATES, T, 0.3, "m", shape=shape, kv_budget=10**6)
     with pytest.raises(ValueError, match="kv_budget must be an int of bytes >= 1, got 0"):
         plan_from_mass(mass, CANDIDATES, T, None, "m", shape=shape, kv_budget=0)
-    from aah.integrations.hf_search import search_plan
+    from aah.integrations.hf.search import search_plan
 
     for bad, message in (
         ({"budget": 0.3, "kv_fraction": 0.3}, "exactly one of budget, kv_budget and kv_fraction"),
@@ -161,7 +162,7 @@ def test_budgets_below_the_smallest_plan_and_bad_budgets_are_refused(measured) -
 
 
 def test_kv_fraction_is_that_share_of_the_full_cache(measured) -> None:
-    from aah.integrations.hf_search import search_plan
+    from aah.integrations.hf.search import search_plan
 
     model = measured["llama"][0]
     full = full_kv_bytes(kv_shape(model), model.config.num_hidden_layers, T)
@@ -200,10 +201,10 @@ def test_cli_search_by_kv_bytes_with_sinks_then_apply(tmp_path, capsys) -> None:
     text.write_text("def f(x):\n    return x * 2  # doubles\n" * 12)
     out = tmp_path / "plan.json"
     parser = argparse.ArgumentParser()
-    hf_cli.add_plan_search_arguments(parser)
+    hf_plan.add_plan_search_arguments(parser)
     argv = [str(model_dir), "--text", str(text), "--out", str(out), "--seq-len", "32"]
     argv += ["--budget-kv-mb", "0.004", "--sinks", "2", "--max-batches", "2"]
-    assert hf_cli.run_plan_search(parser.parse_args(argv)) == 0
+    assert hf_plan.run_plan_search(parser.parse_args(argv)) == 0
     plan = SearchedPlan.load(out)
     assert plan.budget_unit == "kv_bytes" and plan.budget == int(0.004 * 2**20)
     assert plan.kv_bytes is not None and plan.kv_bytes <= plan.budget
@@ -212,9 +213,9 @@ def test_cli_search_by_kv_bytes_with_sinks_then_apply(tmp_path, capsys) -> None:
     assert summary["kv_bytes"] == plan.kv_bytes and summary["sinks"] == 2
 
     parser = argparse.ArgumentParser()
-    hf_cli.add_plan_apply_arguments(parser)
+    hf_plan.add_plan_apply_arguments(parser)
     argv = [str(model_dir), "--plan", str(out), "--text", str(text), "--max-batches", "2"]
-    assert hf_cli.run_plan_apply(parser.parse_args(argv)) == 0
+    assert hf_plan.run_plan_apply(parser.parse_args(argv)) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["kv_bytes"] == plan.kv_bytes < result["kv_bytes_full"]
     assert result["coverage"] == pytest.approx(plan.coverage)

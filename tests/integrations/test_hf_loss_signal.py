@@ -16,18 +16,21 @@ from hf_models import (
     tiny_model,
 )
 
+from aah.cli import hf_plan
 from aah.cli.plan_checks import check_signal_flag
-from aah.integrations import hf, hf_cli, hf_plan, hf_search
-from aah.integrations.hf_ablation import (
+from aah.integrations import hf
+from aah.integrations.hf import search as hf_search
+from aah.integrations.hf import searched_plan
+from aah.integrations.hf.ablation import (
     Imposed,
     loss_increase,
     measure_loss_costs,
     monotone_costs,
     per_query_head,
 )
-from aah.integrations.hf_allocate import kv_shape
-from aah.integrations.hf_plan import SearchedPlan
-from aah.integrations.hf_search import plan_from_loss, search_plan
+from aah.integrations.hf.allocate import kv_shape
+from aah.integrations.hf.search import plan_from_loss, search_plan
+from aah.integrations.hf.searched_plan import SearchedPlan
 
 T, CANDIDATES, SINKS = SEARCH_T, SEARCH_CANDIDATES, SEARCH_SINKS
 ids = search_ids
@@ -139,11 +142,11 @@ def test_cli_loss_search_writes_a_plan_that_apply_reads(tmp_path, capsys) -> Non
     text.write_text("def f(x):\n    return x * 2  # doubles\n" * 12)
     out = tmp_path / "plan.json"
     parser = argparse.ArgumentParser()
-    hf_cli.add_plan_search_arguments(parser)
+    hf_plan.add_plan_search_arguments(parser)
     argv = [str(model_dir), "--text", str(text), "--out", str(out), "--seq-len", "32"]
     argv += ["--budget", "0.4", "--sinks", "2", "--max-batches", "2", "--signal", "loss"]
     argv += ["--candidates", "4,8,16,32"]
-    assert hf_cli.run_plan_search(parser.parse_args(argv)) == 0
+    assert hf_plan.run_plan_search(parser.parse_args(argv)) == 0
     plan = SearchedPlan.load(out)
     assert plan.signal == "loss" and plan.lost_mass is None and plan.loss_increase is not None
     assert SearchedPlan.from_json(plan.to_json()) == plan
@@ -154,9 +157,9 @@ def test_cli_loss_search_writes_a_plan_that_apply_reads(tmp_path, capsys) -> Non
     assert json.loads(printed[-1])["signal"] == "loss"
 
     parser = argparse.ArgumentParser()
-    hf_cli.add_plan_apply_arguments(parser)
+    hf_plan.add_plan_apply_arguments(parser)
     argv = [str(model_dir), "--plan", str(out), "--text", str(text), "--max-batches", "2"]
-    assert hf_cli.run_plan_apply(parser.parse_args(argv)) == 0
+    assert hf_plan.run_plan_apply(parser.parse_args(argv)) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["coverage"] == pytest.approx(plan.coverage)
     assert result["kv_bytes"] == plan.kv_bytes < result["kv_bytes_full"]
@@ -165,11 +168,11 @@ def test_cli_loss_search_writes_a_plan_that_apply_reads(tmp_path, capsys) -> Non
 
 def test_bad_signal_values_are_named(capsys) -> None:
     parser = argparse.ArgumentParser()
-    hf_cli.add_plan_search_arguments(parser)
+    hf_plan.add_plan_search_arguments(parser)
     with pytest.raises(SystemExit):
         parser.parse_args(["m", "--text", "t", "--out", "o", "--signal", "gradient"])
     assert "invalid choice: 'gradient'" in capsys.readouterr().err
-    assert hf_cli.SIGNALS == hf_plan.SIGNALS
+    assert hf_plan.SIGNALS == searched_plan.SIGNALS
     with pytest.raises(ValueError, match="one of mass, output, loss, got 'gradient'"):
         search_plan(tiny_model("llama"), ids(), 0.3, signal="gradient")
     with pytest.raises(ValueError, match="--signal must be one of mass, output, loss, got 'Loss'"):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from aah.attention import windowed_attention
-from aah.integrations.hf_output_error import output_error
+from aah.integrations.hf.output_error import output_error
 
 
 @pytest.mark.parametrize("sinks", [0, 2])

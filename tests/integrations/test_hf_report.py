@@ -10,15 +10,16 @@ import pytest
 import torch
 from hf_models import VOCAB, tiny_model
 
-from aah.integrations import hf, hf_cli
-from aah.integrations.hf_plan import SearchedPlan
-from aah.integrations.hf_report import (
+from aah.cli import hf_plan
+from aah.integrations import hf
+from aah.integrations.hf.searched_plan import SearchedPlan
+from aah.integrations.hf.sweep import (
     budget_sweep,
     perplexity,
-    save_heatmap,
     sweep_json,
     sweep_table,
 )
+from aah.report.plan_heatmap import save_heatmap
 
 TEXT = "def f(x):\n    return x * 2  # doubles\n" * 12  # bytes stand-in: ~500 tokens
 
@@ -68,7 +69,7 @@ def test_cli_search_then_apply(tmp_path, capsys) -> None:
     text.write_text(TEXT)
     out, png = tmp_path / "plan.json", tmp_path / "plan.png"
     args = _parse(
-        hf_cli.add_plan_search_arguments,
+        hf_plan.add_plan_search_arguments,
         [
             str(model_dir),
             "--budget",
@@ -89,7 +90,7 @@ def test_cli_search_then_apply(tmp_path, capsys) -> None:
             "0.3,0.6",
         ],
     )
-    assert hf_cli.run_plan_search(args) == 0
+    assert hf_plan.run_plan_search(args) == 0
     plan = SearchedPlan.load(out)
     assert plan.model == "GPT2LMHeadModel" and plan.seq_len == 32 and plan.coverage <= 0.3
     assert png.exists()
@@ -97,10 +98,10 @@ def test_cli_search_then_apply(tmp_path, capsys) -> None:
     assert [r["budget"] for r in summary["sweep"]] == [0.3, 0.6]
 
     args = _parse(
-        hf_cli.add_plan_apply_arguments,
+        hf_plan.add_plan_apply_arguments,
         [str(model_dir), "--plan", str(out), "--text", str(text), "--max-batches", "2"],
     )
-    assert hf_cli.run_plan_apply(args) == 0
+    assert hf_plan.run_plan_apply(args) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     result = json.loads(lines[-1])
     assert result["seq_len"] == 32 and result["coverage"] == pytest.approx(plan.coverage)
@@ -110,11 +111,11 @@ def test_cli_search_then_apply(tmp_path, capsys) -> None:
 
 def test_cli_refuses_a_missing_text_file(tmp_path) -> None:
     args = _parse(
-        hf_cli.add_plan_apply_arguments,
+        hf_plan.add_plan_apply_arguments,
         [str(tmp_path), "--plan", "p.json", "--text", str(tmp_path / "none.txt")],
     )
     with pytest.raises(ValueError, match="does not exist"):
-        hf_cli.run_plan_apply(args)
+        hf_plan.run_plan_apply(args)
     (tmp_path / "none.txt").write_text(TEXT)
     with pytest.raises(ValueError, match="plan file"):
-        hf_cli.run_plan_apply(args)
+        hf_plan.run_plan_apply(args)

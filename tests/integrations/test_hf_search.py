@@ -12,15 +12,15 @@ from hf_models import VOCAB, plant_local_head, tiny_model
 
 from aah.attention import coverage
 from aah.integrations import hf
-from aah.integrations.hf_data import token_batches
-from aah.integrations.hf_plan import SearchedPlan
-from aah.integrations.hf_search import (
+from aah.integrations.hf.data import token_batches
+from aah.integrations.hf.search import (
     default_candidates,
     measure_mass,
     measure_output_error,
     plan_from_mass,
     search_plan,
 )
+from aah.integrations.hf.searched_plan import SearchedPlan
 from aah.plan import WindowPlan
 
 T = 64
@@ -144,10 +144,10 @@ def test_token_batches_from_text_ids_and_tensors() -> None:
 def test_import_without_transformers_and_a_clear_error() -> None:
     code = (
         "import sys; sys.modules['transformers'] = None\n"
-        "import aah.integrations.hf_cli\n"
+        "import aah.cli.hf_plan\n"
         "print('parser loads torch:', 'torch' in sys.modules)\n"
-        "import aah, aah.integrations.hf as hf, aah.integrations.hf_search, "
-        "aah.integrations.hf_report, aah.integrations.hf_cli\n"
+        "import aah, aah.integrations.hf as hf, aah.integrations.hf.search, "
+        "aah.integrations.hf.sweep, aah.report.plan_heatmap, aah.cli.hf_plan\n"
         "try:\n    hf.register()\nexcept ImportError as e:\n    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -46,7 +46,7 @@ def test_the_readme_hf_example_runs(tmp_path, capsys) -> None:
     scope: dict = {"ByteTokenizer": ByteTokenizer}
     exec(compile(code, str(README), "exec"), scope)
     model, plan, cache, out = scope["model"], scope["plan"], scope["cache"], scope["out"]
-    from aah.integrations.hf_allocate import full_kv_bytes, kv_shape, plan_kv_bytes
+    from aah.integrations.hf.allocate import full_kv_bytes, kv_shape, plan_kv_bytes
 
     full = full_kv_bytes(kv_shape(model), len(plan.windows), plan.seq_len)
     held_by_plan = plan_kv_bytes(plan.windows, plan.sinks, kv_shape(model), plan.seq_len)

@@ -166,27 +166,39 @@ def _cut_rows(full_bpb: float, cut_bpb: dict[int, float], far: dict[str, float] 
     return rows
 
 
+def _gate(root: Path, task: bool = False):  # type: ignore[no-untyped-def]
+    from aah.report.context_gate import _curves, _far, task_gate, text_gate
+    from aah.report.suite_data import load_suite
+
+    curves = _curves(load_suite(root / "screening.csv"))
+    return task_gate(curves, _far(next(iter(curves.values())))) if task else text_gate(curves)
+
+
 def test_context_use_section_and_gate(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "text", "screening", ["full", "fixed"])
     report_text = lambda: (main(["report", str(root)]), (root / REPORT).read_text())[1]  # noqa: E731
-    assert "Not measured: run `aah eval RUN --cut-windows" in report_text()
+    assert "--cut-windows" in report_text() and _gate(root) is None  # not measured: says how
     for seed, (d64, d128) in {0: (0.10, 0.02), 1: (0.12, 0.03), 2: (0.11, 0.04)}.items():
         rows = _cut_rows(2.0, {64: 2.0 + d64, 128: 2.0 + d128}, None)
         records.write_json(root / "screening" / f"full-s{seed}" / "cut_windows.json", rows)  # type: ignore[arg-type]
-    text = report_text()
+    text, gate = report_text(), _gate(root)
     assert re.search(r"\| 128 \| 3 \| \+0\.0300 \|", text)
-    assert "Gate (not met): cutting every head to w = 128 costs +0.0300 bits/byte" in text
-    assert "Its 95% CI [+0.0052, +0.0548] reaches both sides of 0.05 (3 of 3 seeds" in text
+    assert (gate.window, gate.seeds, gate.below) == (128, 3, 3)
+    assert gate.mean == pytest.approx(0.03) and not gate.met and gate.straddles
+    assert gate.ci[0] == pytest.approx(0.0052, abs=1e-4)  # t interval over the 3 seeds
+    assert "Gate (not met)" in text and f"{gate.mean:+.4f}" in text
     for seed, d128 in {0: 0.058, 1: 0.061, 2: 0.049}.items():  # met on the mean, narrowly
         rows = _cut_rows(2.0, {128: 2.0 + d128}, None)
         records.write_json(root / "screening" / f"full-s{seed}" / "cut_windows.json", rows)  # type: ignore[arg-type]
-    text = report_text()
-    assert "Gate (met): cutting every head to w = 128 costs +0.0560 bits/byte" in text
-    assert "Its 95% CI [+0.0405, +0.0715] reaches both sides of 0.05 (1 of 3 seeds" in text
+    text, gate = report_text(), _gate(root)
+    assert gate.mean == pytest.approx(0.056) and gate.met and gate.straddles and gate.below == 1
+    low, high = gate.ci
+    assert low < 0.05 < high and low == pytest.approx(0.0405, abs=1e-4)
+    assert "Gate (met)" in text and f"[{low:+.4f}, {high:+.4f}]" in text  # the CI is shown
     for seed in (0, 1, 2):  # a task: far accuracy collapses below the bucket
         rows = _cut_rows(2.0, {64: 2.1, 128: 2.05}, {"64": 0.1, "128": 0.2 + 0.1 * seed})
         records.write_json(root / "screening" / f"full-s{seed}" / "cut_windows.json", rows)  # type: ignore[arg-type]
-    assert (
-        "Gate (met): cutting every head to w = 128 lowers the accuracy at distances 128-255 "
-        "by 0.700" in report_text()
-    )
+    text, gate = report_text(), _gate(root, task=True)
+    assert (gate.kind, gate.window, gate.bucket, gate.seeds) == ("accuracy", 128, "128-255", 3)
+    assert gate.mean == pytest.approx(0.7) and gate.met
+    assert "Gate (met)" in text and f"{gate.mean:.3f}" in text

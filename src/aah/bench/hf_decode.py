@@ -79,10 +79,10 @@ def plan_at(path: str, seq_len: int, full: int, sinks: int | None) -> WindowPlan
 
 
 def build_model(args: argparse.Namespace, max_len: int) -> torch.nn.Module:
-    """`--model` loaded (`hf_load.load_model`), else the Llama-style model of the flags; fp32,
+    """`--model` loaded (`hf.load.load_model`), else the Llama-style model of the flags; fp32,
     eval mode, sdpa attention."""
     if args.model:
-        from aah.integrations.hf_load import load_model
+        from aah.integrations.hf.load import load_model
 
         return load_model(args.model, "cpu")[0]
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -72,7 +72,7 @@ def check_budget_flags(budget: float | None, kv_mb: float | None, sinks: int) ->
 
 def check_signal_flag(signal: str, heldout: str | None) -> None:
     """--signal is one of SIGNALS; the --heldout budget sweep allocates on mass only."""
-    from aah.integrations.hf_cli import SIGNALS
+    from aah.cli.hf_plan import SIGNALS
 
     if signal not in SIGNALS:
         raise ValueError(f"--signal must be one of {', '.join(SIGNALS)}, got {signal!r}")

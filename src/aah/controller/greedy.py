@@ -4,7 +4,7 @@ Model-agnostic: a unit is whatever holds one window (a head of the project's GPT
 a transformers model), `loss[u, j]` what unit u is expected to lose at candidate j (attention
 mass beyond the window, a measured loss rise, an output error), `cost[u, j]` what candidate j
 costs it (attention pairs, KV bytes). `controller.budget` (training-time policies) and
-`integrations.hf_allocate` (searches on a pretrained model) both allocate through `greedy`.
+`integrations.hf.allocate` (searches on a pretrained model) both allocate through `greedy`.
 """
 
 from __future__ import annotations

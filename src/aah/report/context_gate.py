@@ -11,6 +11,8 @@ that bucket's accuracy.
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 
 from aah.report import stats
 from aah.report.markdown import ci_text, fmt, table
@@ -91,33 +93,45 @@ def context_use_section(suite: Suite) -> list[str]:
     return lines
 
 
-def _text_gate(curves: dict[int, list[dict]]) -> list[str]:
+@dataclass(frozen=True)
+class Gate:
+    """The gate's verdict over the seeds that measured it (what the report's sentence says).
+
+    kind "bpb": the bits/byte every head cut to `window` costs (`ci` its 95% CI, `below` the
+    seeds under `threshold`); kind "accuracy": the far bucket's accuracy lost (`ci` nan)."""
+
+    kind: str
+    window: int
+    seeds: int
+    mean: float
+    ci: tuple[float, float]
+    below: int
+    threshold: float
+    bucket: str | None = None
+
+    @property
+    def met(self) -> bool:
+        return self.mean >= self.threshold
+
+    @property
+    def straddles(self) -> bool:
+        """The CI reaches both sides of the threshold (never with one seed: nan bounds)."""
+        return self.ci[0] < self.threshold <= self.ci[1]
+
+
+def text_gate(curves: dict[int, list[dict]]) -> Gate | None:
+    """The bits/byte gate from each seed's cut rows; None when no seed cut at GATE_WINDOW."""
     gate = _deltas(curves, GATE_WINDOW, "val_bpb")
     if not gate:
-        return [f"Gate not measured: no cut at w = {GATE_WINDOW}.", ""]
+        return None
     est = stats.estimate(gate)
-    mean, (low, high) = est.mean, est.ci
-    text = (
-        f"Gate ({'met' if mean >= GATE_BPB else 'not met'}): cutting every head to "
-        f"w = {GATE_WINDOW} costs {mean:+.4f} bits/byte on average over {len(gate)} seeds; a "
-        f"suite can show allocation effects on bits/byte only if this is at least {GATE_BPB}."
-    )
-    if low < GATE_BPB <= high:  # nan bounds (one seed) never cross
-        text += (
-            f" Its 95% CI [{low:+.4f}, {high:+.4f}] reaches both sides of {GATE_BPB} "
-            f"({sum(g < GATE_BPB for g in gate)} of {len(gate)} seeds below it)."
-        )
-    if mean < GATE_BPB:
-        text += (
-            " The model uses little context beyond that window: differences between window "
-            "policies here are optimisation noise, not context allocation."
-        )
-    return [text, ""]
+    below = sum(g < GATE_BPB for g in gate)
+    return Gate("bpb", GATE_WINDOW, len(gate), est.mean, est.ci, below, GATE_BPB)
 
 
-def _task_gate(curves: dict[int, list[dict]], far: str) -> list[str]:
+def task_gate(curves: dict[int, list[dict]], far: str) -> Gate | None:
     """On a generated task: the farthest bucket's accuracy with every head cut to the
-    largest cut below the bucket, against full attention (same seed)."""
+    largest cut below the bucket, against full attention (same seed); None when unmeasured."""
     low = int(far.split("-")[0])
     drops = []
     for rows in curves.values():
@@ -133,12 +147,46 @@ def _task_gate(curves: dict[int, list[dict]], far: str) -> list[str]:
                 )
             )
     if not drops:
-        return [f"Gate not measured: no cut at or below {low}.", ""]
-    mean = stats.mean([d for _, d in drops])
-    met = mean >= GATE_ACC_DROP
+        return None
+    values = [d for _, d in drops]
+    return Gate(
+        "accuracy", drops[0][0], len(drops), stats.mean(values), (math.nan, math.nan),
+        sum(d < GATE_ACC_DROP for d in values), GATE_ACC_DROP, far,
+    )  # fmt: skip
+
+
+def _text_gate(curves: dict[int, list[dict]]) -> list[str]:
+    gate = text_gate(curves)
+    if gate is None:
+        return [f"Gate not measured: no cut at w = {GATE_WINDOW}.", ""]
+    text = (
+        f"Gate ({'met' if gate.met else 'not met'}): cutting every head to "
+        f"w = {gate.window} costs {gate.mean:+.4f} bits/byte on average over {gate.seeds} "
+        f"seeds; a suite can show allocation effects on bits/byte only if this is at least "
+        f"{gate.threshold}."
+    )
+    if gate.straddles:
+        low, high = gate.ci
+        text += (
+            f" Its 95% CI [{low:+.4f}, {high:+.4f}] reaches both sides of {gate.threshold} "
+            f"({gate.below} of {gate.seeds} seeds below it)."
+        )
+    if not gate.met:
+        text += (
+            " The model uses little context beyond that window: differences between window "
+            "policies here are optimisation noise, not context allocation."
+        )
+    return [text, ""]
+
+
+def _task_gate(curves: dict[int, list[dict]], far: str) -> list[str]:
+    gate = task_gate(curves, far)
+    if gate is None:
+        return [f"Gate not measured: no cut at or below {int(far.split('-')[0])}.", ""]
     return [
-        f"Gate ({'met' if met else 'not met'}): cutting every head to w = {drops[0][0]} lowers "
-        f"the accuracy at distances {far} by {mean:.3f} on average over {len(drops)} seeds "
-        f"(a suite can show allocation effects only if this is at least {GATE_ACC_DROP}).",
+        f"Gate ({'met' if gate.met else 'not met'}): cutting every head to w = {gate.window} "
+        f"lowers the accuracy at distances {far} by {gate.mean:.3f} on average over "
+        f"{gate.seeds} seeds (a suite can show allocation effects only if this is at least "
+        f"{gate.threshold}).",
         "",
     ]

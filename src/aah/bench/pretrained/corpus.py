@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from aah.integrations.hf_data import encode
+from aah.integrations.hf.data import encode
 
 #: what the searches measure on
 CALIB_PACKAGES = ("json", "email", "http")
@@ -42,7 +42,7 @@ def text_blocks(
     vocab_size: int | None = None,
 ) -> list[torch.Tensor]:
     """Blocks `skip .. skip + n - 1` of `seq_len` consecutive tokens of `text`, each (1, T);
-    UTF-8 bytes stand in for a missing tokenizer (`hf_data.encode`)."""
+    UTF-8 bytes stand in for a missing tokenizer (`hf.data.encode`)."""
     if seq_len < 2 or n < 1 or skip < 0:
         raise ValueError(f"need seq_len >= 2, n >= 1, skip >= 0; got {seq_len}, {n}, {skip}")
     ids = encode(text, tokenizer, vocab_size)

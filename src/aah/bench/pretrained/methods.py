@@ -2,12 +2,12 @@
 
 A method turns the calibration signals into a window plan [layer][query head] (equal within
 each KV head, the unit of KV memory) whose KV bytes at T with the shared sinks fit the budget,
-counted as `PerHeadCache` holds them (`hf_allocate.plan_kv_bytes`):
+counted as `PerHeadCache` holds them (`hf.allocate.plan_kv_bytes`):
 
 - `full`: no plan (every head sees everything; KV fraction 1);
 - `uniform`: one window for every head, the widest that fits (StreamingLLM with the sinks);
-- `output`, `mass`: greedy allocation (`hf_allocate.allocate_kv_heads`) on the measured signal
-  of the same name (`hf_search.measure_signal`);
+- `output`, `mass`: greedy allocation (`hf.allocate.allocate_kv_heads`) on the measured signal
+  of the same name (`hf.search.measure_signal`);
 - `duo`: a DuoAttention-style split: each KV head either full or `recent` + sinks, chosen by
   the output signal restricted to those two windows (DuoAttention learns gates; this ranks the
   heads by the measured output change of streaming them);
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from aah.controller.shuffle import shuffled
-from aah.integrations.hf_allocate import KVShape, allocate_kv_heads, full_kv_bytes, plan_kv_bytes
+from aah.integrations.hf.allocate import KVShape, allocate_kv_heads, full_kv_bytes, plan_kv_bytes
 from aah.plan import Plan
 
 SHUFFLED = "-shuffled"

@@ -8,7 +8,7 @@ forward decides (`needle_hit`). The code runs whatever attention the model has n
 is applied beforehand (`aah.integrations.hf.applied`), never here.
 
 Text is tokenised with `tokenizer.encode(text, add_special_tokens=False)`, or read as UTF-8
-bytes when there is no tokenizer (`aah.integrations.hf_data.encode`; a stand-in for tests and
+bytes when there is no tokenizer (`aah.integrations.hf.data.encode`; a stand-in for tests and
 random models that needs vocab_size >= 256).
 """
 
@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import torch
 
-from aah.integrations.hf_data import encode
+from aah.integrations.hf.data import encode
 from aah.report.plots import _pyplot
 
 #: the classic pass-key filler (Mohtashami & Jaggi, 2023); the leading space makes the tiled

@@ -131,7 +131,7 @@ def check_args(args: argparse.Namespace) -> None:
 def candidates(seq_len: int, recent: int) -> list[int]:
     """T/32 .. T/2 (powers of two) with the 1.5x step between each two, duo's `recent`, and T:
     a budget between two powers of two can be spent without jumping a whole octave."""
-    from aah.integrations.hf_search import default_candidates
+    from aah.integrations.hf.search import default_candidates
 
     powers = default_candidates(seq_len)
     return sorted({*powers, *(w * 3 // 2 for w in powers if w * 3 // 2 < seq_len), recent})
@@ -150,7 +150,7 @@ def _bar(total: int, desc: str, off: bool) -> Any:
 
 def measure_signals(model, calib, cands, names, args, store: CellStore) -> dict[str, torch.Tensor]:
     """Each named calibration signal (L, Hq, n_windows), measured once and kept in the store."""
-    from aah.integrations.hf_search import measure_signal
+    from aah.integrations.hf.search import measure_signal
 
     out = {}
     for name in names:
@@ -209,7 +209,7 @@ def all_plans(model, calib, args, store: CellStore) -> tuple[dict, dict]:
     """Every (method, KV fraction) -> plan, and every KV fraction -> its budget (AAH-v3 adds
     its own fraction, with `uniform` there to compare against)."""
     from aah.integrations.hf import layout
-    from aah.integrations.hf_allocate import kv_shape
+    from aah.integrations.hf.allocate import kv_shape
 
     lay, shape, t = layout(model), kv_shape(model), args.seq_len
     cands = candidates(t, args.recent)
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     check_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from aah.integrations.hf_load import load_model
+    from aah.integrations.hf.load import load_model
 
     t0 = time.time()
     out = Path(args.out)

@@ -12,11 +12,11 @@ measured rises are then made non-increasing in the window (a wider window never 
 each is raised to the largest of any wider candidate (running max from the widest down, which
 also absorbs noise), floored at 0.
 
-Attention mass beyond a window (`hf_mass`) is a proxy for this cost: a head that retrieves a
+Attention mass beyond a window (`hf.mass`) is a proxy for this cost: a head that retrieves a
 few far tokens puts little mean mass far away, yet carries those tokens. Cost of measuring it:
 one forward over the calibration batches per (KV head, candidate < T), i.e.
 L x Hkv x |{c < T}| passes plus one for the reference loss, less the layers before each cut,
-which are replayed from the reference pass (`hf_replay`) instead of recomputed.
+which are replayed from the reference pass (`hf.replay`) instead of recomputed.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import torch
 from tqdm import tqdm
 
 from aah.integrations.hf import applied
-from aah.integrations.hf_allocate import check_candidates
-from aah.integrations.hf_layout import decoder_layers, layout
-from aah.integrations.hf_replay import recording, replaying
+from aah.integrations.hf.allocate import check_candidates
+from aah.integrations.hf.model_layout import decoder_layers, layout
+from aah.integrations.hf.replay import recording, replaying
 from aah.plan import Plan
 from aah.validate import check_int
 
@@ -173,7 +173,7 @@ def measure_loss_costs(
 
 def per_query_head(costs: torch.Tensor, n_head: int) -> torch.Tensor:
     """(L, Hkv, n_w) -> (L, Hq, n_w): each KV head's cost split evenly over its G query heads,
-    so that their sum, which `hf_allocate` allocates on, is the KV head's cost."""
+    so that their sum, which `hf.allocate` allocates on, is the KV head's cost."""
     n_kv = costs.shape[1]
     if n_head % n_kv:
         raise ValueError(f"{n_head} query heads do not split into {n_kv} KV heads")

@@ -11,10 +11,10 @@ included; `lost_mass` is the expected attention mass beyond the windows and sink
 query heads. Optional fields (absent in older files): `sinks[layer][query_head]`, the attention
 sinks `hf.apply` gives the plan (absent: none); `budget_unit`, what `budget` caps: "coverage"
 (the default) or "kv_bytes"; `kv_bytes`, the bytes `PerHeadCache` holds per sequence after
-`seq_len` positions (`hf_allocate.plan_kv_bytes`); `signal`, what the search allocated on:
+`seq_len` positions (`hf.allocate.plan_kv_bytes`); `signal`, what the search allocated on:
 "mass" (the default; attention mass beyond the windows, `lost_mass` set), "output" (the squared
-change of each head's residual-stream contribution, `hf_output_error`; `lost_mass` null) or
-"loss" (the loss rise of cutting each KV head alone, `hf_ablation`; `lost_mass` is then null and
+change of each head's residual-stream contribution, `hf.output_error`; `lost_mass` null) or
+"loss" (the loss rise of cutting each KV head alone, `hf.ablation`; `lost_mass` is then null and
 `loss_increase` holds the summed single-KV-head loss rises of the chosen windows, nats, an
 additive estimate of the plan's own). JSON floats are written with Python's
 shortest round-trip repr, so `from_json(p.to_json()) == p` exactly. The file is also a plan
@@ -44,7 +44,7 @@ SIGNALS = get_args(SearchSignal)
 
 @dataclass(frozen=True)
 class SearchedPlan:
-    """A plan found by `hf_search.search_plan` (see the module docstring for the fields)."""
+    """A plan found by `hf.search.search_plan` (see the module docstring for the fields)."""
 
     windows: Plan
     budget: float

@@ -4,18 +4,18 @@
    probe in every layer (`hf.probing`): the probe gets each layer's post-RoPE q, k, v and the
    layer's score scale, and measures the share of each query head's attention that a candidate
    window with `sinks` attention sinks would lose (keys outside the window that are not sinks:
-   `controller.mass.mass_beyond` without sinks, `hf_mass.mass_beyond_given_sinks` with them;
+   `controller.mass.mass_beyond` without sinks, `hf.mass.mass_beyond_given_sinks` with them;
    exact rows of sampled queries, no T x T matrix). Shares are averaged over batches: mass
    (n_layer, Hq, n_windows).
-2. `hf_allocate.allocate_kv_heads` picks one candidate per KV head (the unit of KV memory; its
+2. `hf.allocate.allocate_kv_heads` picks one candidate per KV head (the unit of KV memory; its
    query heads share it) over ALL layers, minimising the mass lost with the plan's causal
    coverage (sinks included) or its KV bytes at the calibration length within the budget.
 
 With `signal="output"` step 1 measures instead, from the same sampled rows and the layer's
 output projection, how far each window moves the head's contribution to the residual stream
-(`hf_output_error`), and step 2 allocates on that. With `signal="loss"` step 1 measures
+(`hf.output_error`), and step 2 allocates on that. With `signal="loss"` step 1 measures
 instead the rise of the calibration loss when each KV head alone is cut to each candidate
-(`hf_ablation`: one forward over the calibration batches per (KV head, candidate < T)), and
+(`hf.ablation`: one forward over the calibration batches per (KV head, candidate < T)), and
 step 2 allocates on those costs in place of the mass.
 
 Layers with a sliding window of their own (Mistral, Qwen sliding layers) are measured and
@@ -35,8 +35,8 @@ import torch
 from aah.attention import coverage
 from aah.controller.mass import mass_beyond
 from aah.integrations.hf import layout, probing
-from aah.integrations.hf_ablation import chosen_cost, measure_loss_costs, per_query_head
-from aah.integrations.hf_allocate import (
+from aah.integrations.hf.ablation import chosen_cost, measure_loss_costs, per_query_head
+from aah.integrations.hf.allocate import (
     KVShape,
     allocate_kv_heads,
     check_candidates,
@@ -44,10 +44,10 @@ from aah.integrations.hf_allocate import (
     kv_shape,
     plan_kv_bytes,
 )
-from aah.integrations.hf_data import TextLike, token_batches
-from aah.integrations.hf_mass import mass_beyond_given_sinks
-from aah.integrations.hf_output_error import output_error, output_projection
-from aah.integrations.hf_plan import SIGNALS, SearchedPlan
+from aah.integrations.hf.data import TextLike, token_batches
+from aah.integrations.hf.mass import mass_beyond_given_sinks
+from aah.integrations.hf.output_error import output_error, output_projection
+from aah.integrations.hf.searched_plan import SIGNALS, SearchedPlan
 from aah.validate import check_int
 
 DEFAULT_SEQ_LEN = 512
@@ -60,7 +60,7 @@ def default_candidates(seq_len: int) -> list[int]:
 
 
 def check_signal(signal: str) -> str:
-    """`signal` if it is one of `hf_plan.SIGNALS`, else ValueError naming it."""
+    """`signal` if it is one of `searched_plan.SIGNALS`, else ValueError naming it."""
     if signal not in SIGNALS:
         raise ValueError(f"signal must be one of {', '.join(SIGNALS)}, got {signal!r}")
     return signal
@@ -99,7 +99,7 @@ def measure_signal(
     """(n_layer, Hq, n_windows) float64, the mean over `batches` of a one-pass signal:
     "mass", the attention mass beyond each candidate window and outside the first `sinks`
     keys; "output", the squared change of each head's residual-stream contribution when cut
-    to each candidate with `sinks` sinks (`hf_output_error`)."""
+    to each candidate with `sinks` sinks (`hf.output_error`)."""
     if signal not in PROBED:
         raise ValueError(f"one-pass signal must be one of {', '.join(PROBED)}, got {signal!r}")
     cands = check_candidates(candidates)
@@ -176,7 +176,7 @@ def plan_from_mass(
 ) -> SearchedPlan:
     """One candidate per KV head (module docstring), within `budget` (causal coverage at
     `seq_len`, in (0, 1]) or `kv_budget` (bytes per sequence after `seq_len` positions): give
-    exactly one. `shape` is the model's (`hf_allocate.kv_shape`); without it every query head
+    exactly one. `shape` is the model's (`hf.allocate.kv_shape`); without it every query head
     is its own KV head and KV bytes are not counted. `mass` must be measured with the same
     `sinks`.
 
@@ -188,7 +188,7 @@ def plan_from_mass(
         raise ValueError(f"mass has {n_w} windows per head, {len(cands)} candidates given")
     check_budget(budget, kv_budget)
     if kv_budget is not None and shape is None:
-        raise ValueError("a kv_budget needs the model's shape (hf_allocate.kv_shape)")
+        raise ValueError("a kv_budget needs the model's shape (hf.allocate.kv_shape)")
     if shape is None:
         shape = KVShape(n_head, 0, (None,) * n_layer)
     alloc = allocate_kv_heads(
@@ -235,7 +235,7 @@ def plan_from_loss(
     kv_budget: int | None = None,
 ) -> SearchedPlan:
     """As `plan_from_mass` for a model of `n_head` query heads per layer, on loss costs
-    (L, Hkv, n_w) from `hf_ablation.measure_loss_costs` (non-increasing along the candidates,
+    (L, Hkv, n_w) from `hf.ablation.measure_loss_costs` (non-increasing along the candidates,
     measured with the same `sinks`) in place of the mass: the same greedy allocation per KV
     head and budgets. The plan has `signal="loss"`, no `lost_mass`, and `loss_increase`, the
     summed costs of the chosen windows (nats)."""
@@ -306,7 +306,7 @@ def search_plan(
 
     Args:
         model: a supported transformers causal LM; left as it was on return.
-        calib: calibration text or token ids (see `hf_data`).
+        calib: calibration text or token ids (see `hf.data`).
         budget: the plan's causal coverage cap (sinks included), in (0, 1]; or
         kv_budget: the cap on KV bytes per sequence after T positions; or
         kv_fraction: that cap as a fraction in (0, 1] of the full cache's bytes at T (one of
@@ -316,10 +316,10 @@ def search_plan(
         candidates: ascending windows (default `default_candidates(T)`).
         sample_queries: exact attention rows per head and batch (mass signal).
         signal: "mass" (attention mass beyond each window, one pass), "output" (the squared
-            change of each head's residual-stream contribution, `hf_output_error`, one pass;
+            change of each head's residual-stream contribution, `hf.output_error`, one pass;
             the better allocation on pretrained models, docs/pretrained.md) or "loss" (the loss rise
             of cutting each KV head alone to each window: one pass per (KV head, candidate <
-            T), `hf_ablation`).
+            T), `hf.ablation`).
         progress: a progress bar over the loss signal's passes.
     """
     check_signal(signal)

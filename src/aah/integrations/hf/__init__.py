@@ -6,11 +6,11 @@
     hf.remove(model)        # back to the implementation it had before
     model, tokenizer = hf.load_model("model.gguf")  # a .gguf, a folder, or a hub name
 
-For decoding that keeps only each head's window and sinks, pass a `hf_cache.PerHeadCache`
+For decoding that keeps only each head's window and sinks, pass a `hf.cache.PerHeadCache`
 (`hf.per_head_cache(model, max_cache_len)`) to `generate`.
 
 Supported families (config.model_type): GPT-2, Llama, Mistral, Qwen2, Qwen3, GQA included.
-`apply` registers the "aah" attention function (`hf_attention.aah_attention_forward`) and its
+`apply` registers the "aah" attention function (`hf.attention.aah_attention_forward`) and its
 mask builder, stores each layer's windows on its attention module (`module.aah_windows`), and
 switches the model's attention implementation to "aah". Registration is global in transformers
 and idempotent; nothing happens at import time. transformers is imported lazily: without it
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from aah.attention.registry import BACKENDS
-from aah.integrations.hf_attention import (
+from aah.integrations.hf.attention import (
     BACKEND_ATTR,
     PROBE_ATTR,
     SINKS_ATTR,
@@ -34,13 +34,13 @@ from aah.integrations.hf_attention import (
     Probe,
     aah_attention_forward,
 )
-from aah.integrations.hf_layout import (  # noqa: F401  (FAMILIES: re-exported)
+from aah.integrations.hf.load import load_model  # noqa: F401  (re-exported)
+from aah.integrations.hf.model_layout import (  # noqa: F401  (FAMILIES: re-exported)
     FAMILIES,
     Layout,
     layout,
     require_transformers,
 )
-from aah.integrations.hf_load import load_model  # noqa: F401  (re-exported)
 from aah.plan import Plan, check_plan
 from aah.validate import is_int
 
@@ -156,8 +156,8 @@ def current_sinks(model: torch.nn.Module) -> list[list[int]] | None:
 
 
 def per_head_cache(model: torch.nn.Module, max_cache_len: int | None = None) -> Any:
-    """A `hf_cache.PerHeadCache` for the plan and sinks now applied, for `generate`'s cache."""
-    from aah.integrations.hf_cache import PerHeadCache
+    """A `hf.cache.PerHeadCache` for the plan and sinks now applied, for `generate`'s cache."""
+    from aah.integrations.hf.cache import PerHeadCache
 
     return PerHeadCache(model, max_cache_len)
 

@@ -10,7 +10,7 @@ package's own decoder uses); bytes held are sum over layers and KV heads of
 (sinks + min(w, t)) * D * 2 * itemsize (with max_cache_len = t the storage is exactly that).
 The prefill writes only those keys (the prompt's attention itself runs over all of them in the
 "aah" function). Each decoding step then reads only the rings and sinks: `update` stores
-nothing and returns the step's own key tensor, marked (`hf_attention.CACHE_MARK`) so the "aah"
+nothing and returns the step's own key tensor, marked (`hf.attention.CACHE_MARK`) so the "aah"
 attention function hands the step to `KVCache.attend`.
 
 Left padding (batched `generate`) is read from the prefill's position ids; each row's sinks are
@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from aah.integrations.hf_attention import CACHE_MARK, SINKS_ATTR, WINDOWS_ATTR
-from aah.integrations.hf_layout import layout, require_transformers, sliding_windows
+from aah.integrations.hf.attention import CACHE_MARK, SINKS_ATTR, WINDOWS_ATTR
+from aah.integrations.hf.model_layout import layout, require_transformers, sliding_windows
 from aah.model.cache import KVCache
 
 require_transformers()

@@ -13,9 +13,9 @@ MB = 2**20 bytes); `--sinks N` gives every head N attention sinks, measured and 
 `--signal` picks what is allocated on: attention mass beyond each window (`mass`, one pass over
 the calibration text), the change of each head's residual-stream contribution (`output`, one
 pass; values and output projection included) or the loss rise of cutting each KV head alone
-to each window (`loss`, `hf_ablation`: one pass per KV head and candidate).
+to each window (`loss`, `hf.ablation`: one pass per KV head and candidate).
 
-Models load through `hf_load.load_model`: a GGUF file or a folder holding one, or a
+Models load through `hf.load.load_model`: a GGUF file or a folder holding one, or a
 transformers folder, work offline; a hub name needs network access (and is cached by
 huggingface_hub as usual). The tokenizer is loaded from the same place when it has one;
 otherwise text is read as UTF-8 bytes, which only suits models with vocab_size >= 256
@@ -128,9 +128,10 @@ def budgets(args: argparse.Namespace) -> tuple[float | None, int | None]:
 
 def run_plan_search(args: argparse.Namespace) -> int:
     """Search a plan, write it (and a heatmap); with --heldout also print a budget sweep."""
-    from aah.integrations.hf_load import load_model
-    from aah.integrations.hf_report import budget_sweep, save_heatmap, sweep_json, sweep_table
-    from aah.integrations.hf_search import search_plan
+    from aah.integrations.hf.load import load_model
+    from aah.integrations.hf.search import search_plan
+    from aah.integrations.hf.sweep import budget_sweep, sweep_json, sweep_table
+    from aah.report.plan_heatmap import save_heatmap
 
     text = _read(args.text)
     model, tokenizer = load_model(args.model, args.device)
@@ -190,10 +191,10 @@ def run_plan_apply(args: argparse.Namespace) -> int:
     the plan's causal coverage and per-head cache KV bytes at the block length."""
     from aah.attention import coverage
     from aah.integrations.hf import applied
-    from aah.integrations.hf_allocate import full_kv_bytes, kv_shape, plan_kv_bytes
-    from aah.integrations.hf_load import load_model
-    from aah.integrations.hf_report import perplexity
-    from aah.integrations.hf_search import calibration_batches
+    from aah.integrations.hf.allocate import full_kv_bytes, kv_shape, plan_kv_bytes
+    from aah.integrations.hf.load import load_model
+    from aah.integrations.hf.search import calibration_batches
+    from aah.integrations.hf.sweep import perplexity
     from aah.plan import WindowPlan
 
     text = _read(args.text)

@@ -65,11 +65,11 @@ def require_gguf_support() -> None:
 def load_model(name: str, device: str = "auto") -> tuple[Any, Any | None]:
     """(model in eval mode on `device`, tokenizer or None when the source has none).
 
-    Without a usable tokenizer, text is read as UTF-8 bytes (`hf_data`), which suits only
+    Without a usable tokenizer, text is read as UTF-8 bytes (`hf.data`), which suits only
     models with vocab_size >= 256 (random test models)."""
     import torch
 
-    from aah.integrations.hf_layout import require_transformers
+    from aah.integrations.hf.model_layout import require_transformers
 
     require_transformers()
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -1,7 +1,7 @@
 """Window allocation per KV head, the unit of KV memory, under a coverage or a KV-byte budget.
 
 Shapes: L layers, Hq query heads and Hkv KV heads per layer, G = Hq / Hkv; mass
-(L, Hq, n_windows) as `hf_search.measure_mass` gives it (already *given* the sinks s).
+(L, Hq, n_windows) as `hf.search.measure_mass` gives it (already *given* the sinks s).
 
 A KV head's keys are kept for the widest window of its query heads, so a narrower window on
 one of them saves no memory: here the G query heads of one KV head always share one window.
@@ -54,7 +54,7 @@ class KVShape:
 
 def kv_shape(model: torch.nn.Module) -> KVShape:
     """The model's `KVShape`, read as `PerHeadCache` reads it (dtype of its parameters)."""
-    from aah.integrations.hf_layout import layout, sliding_windows
+    from aah.integrations.hf.model_layout import layout, sliding_windows
 
     lay = layout(model)
     config = model.config

@@ -15,8 +15,8 @@ uses the same convention, so the effective window is min(w, sliding_window).
 Supported: prefill / training with Tq == Tk (any `windowed_attention` backend, gradients
 included); KV-cache decoding or chunked prefill with Tq < Tk where the cache holds the most
 recent Tk keys (DynamicCache; a dense masked path, O(Tq * Tk) per head); decoding with
-`hf_cache.PerHeadCache`, which hands its key tensor over marked (`CACHE_MARK`) so the step
-reads only the cache's per-head windows and sinks; left padding in all of these (`hf_padding`).
+`hf.cache.PerHeadCache`, which hands its key tensor over marked (`CACHE_MARK`) so the step
+reads only the cache's per-head windows and sinks; left padding in all of these (`hf.padding`).
 Refused with ValueError: other attention masks (right padding, packed sequences, static caches),
 dropout > 0, non-causal attention (encoders, cross-attention), logit soft-capping and learned
 sink logits (`s_aux`).
@@ -31,7 +31,7 @@ import torch
 
 from aah.attention import windowed_attention
 from aah.attention.masks import window_allows
-from aah.integrations.hf_padding import check_sinks_kept, query_slots, row_pads
+from aah.integrations.hf.padding import check_sinks_kept, query_slots, row_pads
 
 WINDOWS_ATTR = "aah_windows"
 SINKS_ATTR = "aah_sinks"
@@ -61,7 +61,7 @@ def aah_attention_forward(
     """Per-head windowed causal attention in transformers' calling convention (module docstring)."""
     _refuse_unsupported(module, dropout, is_causal, kwargs)
     batch, n_q, q_len, dim = query.shape
-    step = getattr(key, CACHE_MARK, None)  # a PerHeadCache step (hf_cache)
+    step = getattr(key, CACHE_MARK, None)  # a PerHeadCache step (hf.cache)
     # With the per-head cache the key tensor holds only the new keys: the mask spans them all.
     k_len = step.mask_length(q_len) if step is not None else key.shape[2]
     if q_len > k_len:
