@@ -13,7 +13,8 @@ from suite_helpers import PNG_MAGIC, REGIMES, write_cell, write_suite
 from aah import records
 from aah.cli import main
 from aah.report import suite_plots
-from aah.report.suite import REPORT, build_suite_report
+from aah.report.suite import REPORT, build_suite_report, missing_cells
+from aah.report.suite_data import load_suite
 from aah.sweep.results import COLUMNS, write_csv
 
 # ---- the report ---------------------------------------------------------------------------
@@ -31,8 +32,10 @@ def test_report_lists_every_regime_and_tables(report: str, results: Path) -> Non
     ):
         assert f"### {heading}" in report
     assert f"aah report {results}" in report
-    assert "Missing cells (tables use the seeds present): budget-s2." in report
-    assert "Not finished, left out: budget-s2." in report
+    suite = load_suite(results / "screening.csv")
+    assert missing_cells(suite) == ["budget-s2"] and suite.unfinished == ["budget-s2"]
+    setup = report.split("## Suite", 1)[1].split("### ", 1)[0]  # before its first table
+    assert setup.count("budget-s2") == 2  # named as missing and as not finished
     assert "| `fixed` | -0.1000 | 0.0100 |" in report
     assert "coverage over training" in report
     fixed_row = next(l for l in report.splitlines() if l.startswith("| `fixed` | 3 |"))

@@ -83,13 +83,18 @@ def _setup(suite: Suite) -> list[str]:
         f" × {seeds_text(len(suite.seeds))} = {grid} seen"
     )
     lines = ["Setup: " + "; ".join(parts) + "."]
-    have = {(r["regime"], int(r["seed"])) for r in suite.rows}
-    missing = [cell_name(r, s) for r in suite.regimes for s in suite.seeds if (r, s) not in have]
+    missing = missing_cells(suite)
     if missing:
         lines += ["", f"Missing cells (tables use the seeds present): {', '.join(missing)}."]
     if suite.unfinished:
         lines += ["", f"Not finished, left out: {', '.join(suite.unfinished)}."]
     return lines
+
+
+def missing_cells(suite: Suite) -> list[str]:
+    """The cells of the regimes x seeds grid the CSV has no row for, by name."""
+    have = {(r["regime"], int(r["seed"])) for r in suite.rows}
+    return [cell_name(r, s) for r in suite.regimes for s in suite.seeds if (r, s) not in have]
 
 
 def _quality_table(suite: Suite, ratios: dict[str, dict[int, float]]) -> list[str]:
