@@ -9,7 +9,7 @@ LEAVES = {"choices", "validate", "atomic", "textfile", "runtime"}
 ALLOWED: dict[str, set[str]] = {
     **{leaf: set() for leaf in LEAVES},
     "records": {"atomic", "textfile"},
-    "plan": {"atomic", "textfile"},
+    "plan": {"atomic", "textfile", "validate"},
     "attention": {"choices"},
     "model": {"attention", "choices", "plan", "validate"},
     "data": {"atomic", "validate"},

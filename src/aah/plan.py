@@ -28,15 +28,12 @@ from typing import Any
 
 from aah.atomic import write_text_atomic
 from aah.textfile import read_json
+from aah.validate import is_int
 
 Plan = list[list[int]]
 
 #: keys of the file format that `WindowPlan` reads itself; the rest go to `info`
 OWN_KEYS = ("windows", "sinks", "seq_len")
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def check_plan(plan: object, n_layer: int | None = None, n_head: int | None = None) -> Plan:
@@ -61,7 +58,7 @@ def _check_rows(
     out: Plan = []
     for layer, row in enumerate(rows):
         for x in row:
-            if not _is_int(x) or x < minimum:
+            if not is_int(x) or x < minimum:
                 raise ValueError(f"{name} layer {layer}: every {item} must be an int >= "
                                  f"{minimum}, got {x!r}")  # fmt: skip
         out.append([int(x) for x in row])
@@ -101,7 +98,7 @@ class WindowPlan:
             raise ValueError(
                 f"sinks must be shaped like the windows {shape}, got {self.sinks!r:.80}"
             )
-        if self.seq_len is not None and (not _is_int(self.seq_len) or self.seq_len < 1):
+        if self.seq_len is not None and (not is_int(self.seq_len) or self.seq_len < 1):
             raise ValueError(f"seq_len must be an int >= 1 or None, got {self.seq_len!r}")
         clash = sorted(set(self.info) & set(OWN_KEYS))
         if clash:
@@ -122,11 +119,6 @@ class WindowPlan:
     @property
     def has_sinks(self) -> bool:
         return any(any(row) for row in self.sinks)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """(layers, heads of the first layer)."""
-        return len(self.windows), len(self.windows[0]) if self.windows else 0
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"windows": self.windows, "sinks": self.sinks}
@@ -179,7 +171,7 @@ class WindowPlan:
 def _sink_rows(sinks: object, windows: Plan) -> Plan:
     if sinks is None:
         sinks = 0
-    if _is_int(sinks):
+    if is_int(sinks):
         if sinks < 0:  # type: ignore[operator]
             raise ValueError(f"sinks must be >= 0, got {sinks}")
         return [[int(sinks)] * len(row) for row in windows]  # type: ignore[arg-type]
