@@ -99,6 +99,28 @@ def test_duo_gives_each_kv_head_recent_or_full_and_picks_the_costliest_to_stream
     assert plan[1][2] == T and kv_bytes(plan) <= budget(0.3).kv_bytes
 
 
+def test_output_plus_retrieval_weighs_both_signals_alike_whatever_their_scale() -> None:
+    text = torch.zeros(3, 4, len(CANDS), dtype=torch.float64)
+    text[0, 0:2, :-1] = 1e6  # running text needs layer 0's first KV head whole...
+    retrieval = torch.zeros_like(text)
+    retrieval[2, 2:4, :-1] = 1e-6  # ...and retrieval layer 2's second, at a tiny raw scale
+    blend = methods.blended({"output": text, "retrieval": retrieval}, ["output", "retrieval"])
+    torch.testing.assert_close(blend[..., 0].sum(), torch.tensor(2.0, dtype=torch.float64))
+    torch.testing.assert_close(blend[0, 0], text[0, 0] / text[..., 0].sum())
+    torch.testing.assert_close(blend[2, 3], retrieval[2, 3] / retrieval[..., 0].sum())
+    signals = {"output": text, "retrieval": retrieval}
+    plans = methods.build_plans(["output", "output+retrieval"], budget(0.6), signals, CANDS,
+                                recent=8)  # fmt: skip
+    assert plans["output"][2][2] < T  # the text signal alone does not see layer 2's need
+    assert plans["output+retrieval"][2][2] == T and plans["output+retrieval"][0][0] == T
+    assert kv_bytes(plans["output+retrieval"]) <= budget(0.6).kv_bytes
+    assert methods.signals_needed(["output+retrieval-shuffled"]) == ["output", "retrieval"]
+    assert methods.blended(signals, ["output"]) is text
+    with pytest.raises(ValueError, match="'retrieval' is zero"):
+        methods.blended({"output": text, "retrieval": torch.zeros_like(text)},
+                        ["output", "retrieval"])  # fmt: skip
+
+
 def test_build_plans_names_and_errors() -> None:
     sig = {"output": methods.random_signal(3, 4, 5, 0), "mass": methods.random_signal(3, 4, 5, 1)}
     names = methods.check_methods(["output", "output-shuffled", "mass", "random", "uniform"])

@@ -84,6 +84,41 @@ def test_a_folder_of_other_settings_is_refused(model_dir, tmp_path) -> None:
         main(["--model", str(model_dir), "--out", str(out), "--seq-len", "24", *small])
 
 
+def test_output_plus_retrieval_measures_at_the_answer_rows_and_a_new_needle_seed_is_a_new_grid(
+    model_dir, tmp_path
+) -> None:
+    from aah.bench.pretrained.run import candidates
+    from aah.integrations.hf.retrieval_calib import retrieval_prompts
+    from aah.integrations.hf.search import measure_signal
+
+    out, t = tmp_path / "out", 128
+    args = ["--model", str(model_dir), "--out", str(out), "--seq-len", str(t),
+            "--kv-fractions", "0.5", "--heldout-blocks", "2", "--calib-blocks", "2",
+            "--retrieval-prompts", "3", "--needle-lengths", "112", "--needle-depths", "2",
+            "--needles-per-cell", "1", "--no-progress",
+            "--methods", "uniform,output+retrieval"]  # fmt: skip
+    assert main(args) == 0
+    cells = [json.loads(line) for line in (out / "cells.jsonl").read_text().splitlines()]
+    signal = next(c["value"]["value"] for c in cells if c.get("key", "").startswith(
+        "signal/retrieval-3/"))  # fmt: skip
+    model = tiny_model("llama", max_position_embeddings=256)
+    calib = corpus.text_blocks(None, corpus.stdlib_text(corpus.CALIB_PACKAGES), t, 2,
+                               vocab_size=model.config.vocab_size)  # fmt: skip
+    prompts = retrieval_prompts(calib, None, 3, vocab_size=model.config.vocab_size)
+    want = measure_signal(model, [p.ids for p in prompts], candidates(t, t // 16), "output",
+                          sinks=4, query_rows=[p.rows for p in prompts])  # fmt: skip
+    torch.testing.assert_close(torch.tensor(signal, dtype=torch.float64), want)
+    plan = json.loads((out / "results.json").read_text())["rows"]
+    assert {r["method"] for r in plan} == {"uniform", "output+retrieval"}
+
+    needle_keys = {c["key"].split("/")[0] for c in cells if c.get("key", "").startswith("needles")}
+    assert main([*args, "--needle-seed", "5"]) == 0
+    cells = [json.loads(line) for line in (out / "cells.jsonl").read_text().splitlines()]
+    fresh = {c["key"].split("/")[0] for c in cells if c.get("key", "").startswith("needles")}
+    assert fresh - needle_keys == {next(iter(needle_keys)) + "-s5"}  # only the needles reran
+    assert sum(c.get("key", "").startswith("loss/") for c in cells) == 3  # full + two plans
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [("--kv-fractions", "0,0.5", "kv-fractions"), ("--kv-fractions", "a", "kv-fractions"),

@@ -38,3 +38,25 @@ def test_output_error_refuses_a_projection_of_the_wrong_width() -> None:
     k = v = torch.randn(1, 2, 8, 8)
     with pytest.raises(ValueError, match=r"output projection of \(12, 16\)"):
         output_error(q, k, v, torch.randn(12, 16), [2, 8])
+
+
+def test_given_rows_replace_the_sample_and_match_a_recompute_on_those_rows() -> None:
+    gen = torch.Generator().manual_seed(1)
+    hq, hkv, t, d, e = 4, 2, 20, 8, 6
+    q, k, v = (torch.randn(1, h, t, d, generator=gen) for h in (hq, hkv, hkv))
+    w_o = torch.randn(e, hq * d, generator=gen)
+    rows, candidates, sinks = [17, 3, 11], [2, 5, t], 1
+    got = output_error(q, k, v, w_o, candidates, sinks, rows=rows)
+    rep = hq // hkv
+    full = torch.nn.functional.scaled_dot_product_attention(
+        q.double(), k.double().repeat_interleave(rep, 1), v.double().repeat_interleave(rep, 1),
+        is_causal=True,
+    )  # fmt: skip
+    proj = w_o.double().view(e, hq, d)
+    for c, w in enumerate(candidates):
+        cut = windowed_attention(q, k, v, [w] * hq, sinks=sinks, backend="reference").double()
+        moved = torch.einsum("bhtd,ehd->bhte", full - cut, proj)[0][:, sorted(rows)]
+        torch.testing.assert_close(got[:, c], moved.pow(2).sum(-1).mean(-1), rtol=1e-4, atol=1e-6)
+    for bad in ([], [0], [t]):
+        with pytest.raises(ValueError, match="rows must be"):
+            output_error(q, k, v, w_o, candidates, sinks, rows=bad)

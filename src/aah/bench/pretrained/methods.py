@@ -8,6 +8,10 @@ counted as `PerHeadCache` holds them (`hf.allocate.plan_kv_bytes`):
 - `uniform`: one window for every head, the widest that fits (StreamingLLM with the sinks);
 - `output`, `mass`: greedy allocation (`hf.allocate.allocate_kv_heads`) on the measured signal
   of the same name (`hf.search.measure_signal`);
+- `output+retrieval`: the same greedy allocation on the output signal of running text plus
+  the output signal at the answer rows of retrieval calibration prompts
+  (`hf.retrieval_calib`), each divided by its total at the smallest candidate so the two
+  weigh the same: text loss and fetching one fact from far back, both;
 - `duo`: a DuoAttention-style split: each KV head either full or `recent` + sinks, chosen by
   the output signal restricted to those two windows (DuoAttention learns gates; this ranks the
   heads by the measured output change of streaming them);
@@ -36,12 +40,15 @@ from aah.integrations.hf.allocate import KVShape, allocate_kv_heads, full_kv_byt
 from aah.plan import Plan
 
 SHUFFLED = "-shuffled"
-#: per-head method -> the calibration signal it allocates on
-SIGNAL_OF = {"output": "output", "mass": "mass", "duo": "output"}
+#: per-head method -> the calibration signals it allocates on (`blended` when several)
+SIGNALS_OF = {
+    "output": ("output",), "mass": ("mass",), "duo": ("output",),
+    "output+retrieval": ("output", "retrieval"),
+}  # fmt: skip
 BASE_METHODS = ("full", "uniform", "random")
 #: the budget-free methods: one plan each, at its own KV fraction
 AAH_METHODS = ("aah-v3", "aah-v3" + SHUFFLED)
-METHODS = (*BASE_METHODS, *SIGNAL_OF, *(m + SHUFFLED for m in SIGNAL_OF), *AAH_METHODS)
+METHODS = (*BASE_METHODS, *SIGNALS_OF, *(m + SHUFFLED for m in SIGNALS_OF), *AAH_METHODS)
 
 
 def check_methods(methods: Sequence[str]) -> list[str]:
@@ -57,9 +64,23 @@ def check_methods(methods: Sequence[str]) -> list[str]:
 
 def signals_needed(methods: Sequence[str]) -> list[str]:
     """The calibration signals the methods allocate on, in a fixed order."""
-    wanted = {SIGNAL_OF[m.removesuffix(SHUFFLED)] for m in methods if m.removesuffix(SHUFFLED)
-              in SIGNAL_OF}  # fmt: skip
-    return sorted(wanted)
+    bases = {m.removesuffix(SHUFFLED) for m in methods}
+    return sorted({s for base in bases & SIGNALS_OF.keys() for s in SIGNALS_OF[base]})
+
+
+def blended(signals: Mapping[str, torch.Tensor], names: Sequence[str]) -> torch.Tensor:
+    """The named signals (L, Hq, n_windows) summed, each divided by its total over the heads
+    at the smallest candidate window first, so each weighs the same whatever its units and
+    scale (one signal passes through unchanged)."""
+    if len(names) == 1:
+        return signals[names[0]]
+    parts = []
+    for name in names:
+        total = float(signals[name][..., 0].sum())
+        if not total > 0:
+            raise ValueError(f"signal {name!r} is zero at the smallest window: nothing to weigh")
+        parts.append(signals[name] / total)
+    return torch.stack(parts).sum(0)
 
 
 @dataclass(frozen=True)
@@ -186,7 +207,7 @@ def build_plans(
             keep = [cands.index(recent), len(cands) - 1]
             plan = allocated_plan(signals["output"][..., keep], [recent, cands[-1]], budget)
         else:
-            plan = allocated_plan(signals[SIGNAL_OF[base]], cands, budget)
+            plan = allocated_plan(blended(signals, SIGNALS_OF[base]), cands, budget)
         if method != base:
             plan = shuffled_twin(plan, budget.shape.n_kv_head, seed + 1)  # type: ignore[arg-type]
         plans[method] = plan

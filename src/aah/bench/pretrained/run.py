@@ -88,7 +88,19 @@ def build_parser() -> argparse.ArgumentParser:
         default="all",
         help="methods whose plans run the needle grid (default all; full always)",
     )
+    p.add_argument(
+        "--retrieval-prompts",
+        type=int,
+        default=16,
+        help="retrieval calibration prompts of output+retrieval (default 16)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of samples, twins and needles")
+    p.add_argument(
+        "--needle-seed",
+        type=int,
+        default=None,
+        help="seed of the needles alone (default --seed): a fresh grid, the same plans",
+    )
     flags.add_threads(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p  # fmt: skip
@@ -111,10 +123,13 @@ def check_args(args: argparse.Namespace) -> None:
         ("--heldout-skip", args.heldout_skip, 0), ("--recent", args.recent, 0),
         ("--needle-depths", args.needle_depths, 1),
         ("--needles-per-cell", args.needles_per_cell, 1),
+        ("--retrieval-prompts", args.retrieval_prompts, 1),
     ):  # fmt: skip
         if value < low:
             raise ValueError(f"{flag} must be >= {low}, got {value}")
     args.recent = args.recent or args.seq_len // 16
+    if args.needle_seed is None:
+        args.needle_seed = args.seed
     if args.needle_methods == "all":
         args.needle_methods = list(args.methods)
     else:
@@ -148,16 +163,32 @@ def _bar(total: int, desc: str, off: bool) -> Any:
     return tqdm(total=total, desc=desc, unit="forward", disable=off, dynamic_ncols=True)
 
 
-def measure_signals(model, calib, cands, names, args, store: CellStore) -> dict[str, torch.Tensor]:
-    """Each named calibration signal (L, Hq, n_windows), measured once and kept in the store."""
+def measure_signals(
+    model, tokenizer, calib, cands, names, args, store: CellStore
+) -> dict[str, torch.Tensor]:
+    """Each named calibration signal (L, Hq, n_windows), measured once and kept in the store:
+    "mass" and "output" on the calibration blocks, "retrieval" the output signal at the answer
+    rows of retrieval prompts built on them (`hf.retrieval_calib`)."""
+    from aah.integrations.hf.retrieval_calib import retrieval_prompts
     from aah.integrations.hf.search import measure_signal
 
     out = {}
     for name in names:
-        key = f"signal/{name}/{','.join(map(str, cands))}"
+        label = f"retrieval-{args.retrieval_prompts}" if name == "retrieval" else name
+        key = f"signal/{label}/{','.join(map(str, cands))}"
         if key not in store:
             t0 = time.time()
-            value = measure_signal(model, calib, cands, name, seed=args.seed, sinks=args.sinks)
+            opts = {"seed": args.seed, "sinks": args.sinks, "progress": not args.no_progress}
+            if name == "retrieval":
+                prompts = retrieval_prompts(
+                    calib, tokenizer, args.retrieval_prompts, seed=args.seed,
+                    vocab_size=getattr(model.config, "vocab_size", None),
+                )  # fmt: skip
+                batches = [p.ids for p in prompts]
+                value = measure_signal(model, batches, cands, "output",
+                                       query_rows=[p.rows for p in prompts], **opts)  # fmt: skip
+            else:
+                value = measure_signal(model, calib, cands, name, **opts)
             store.put(key, {"value": value.tolist(), "seconds": time.time() - t0})
         out[name] = torch.tensor(store.get(key)["value"], dtype=torch.float64)
     return out
@@ -205,7 +236,7 @@ def evaluate(model, plans, items, score, kind, args, store: CellStore) -> dict[s
     return {k: store.get(f"{kind}/{k}")["scores"] for k in (digest(p, args.sinks) for p in plans)}
 
 
-def all_plans(model, calib, args, store: CellStore) -> tuple[dict, dict]:
+def all_plans(model, tokenizer, calib, args, store: CellStore) -> tuple[dict, dict]:
     """Every (method, KV fraction) -> plan, and every KV fraction -> its budget (AAH-v3 adds
     its own fraction, with `uniform` there to compare against)."""
     from aah.integrations.hf import layout
@@ -214,7 +245,7 @@ def all_plans(model, calib, args, store: CellStore) -> tuple[dict, dict]:
     lay, shape, t = layout(model), kv_shape(model), args.seq_len
     cands = candidates(t, args.recent)
     signals = measure_signals(
-        model, calib, cands, methods.signals_needed(args.methods), args, store
+        model, tokenizer, calib, cands, methods.signals_needed(args.methods), args, store
     )
     budgets = {
         f: methods.budget_at(f, t, args.sinks, shape, lay.n_layer, lay.n_head)
@@ -243,11 +274,13 @@ def needle_results(model, tokenizer, plans, args, store: CellStore) -> tuple[dic
 
     depths = [i / max(1, args.needle_depths - 1) for i in range(args.needle_depths)]
     items = needles.build_needles(
-        tokenizer, args.needle_lengths, depths, args.needles_per_cell, seed=args.seed,
+        tokenizer, args.needle_lengths, depths, args.needles_per_cell, seed=args.needle_seed,
         vocab_size=getattr(model.config, "vocab_size", None),
     )  # fmt: skip
     kind = f"needles-{'-'.join(map(str, args.needle_lengths))}-d{args.needle_depths}x"
     kind += str(args.needles_per_cell)
+    if args.needle_seed != args.seed:  # a fresh grid: its own cells
+        kind += f"-s{args.needle_seed}"
     probed = [(("full", 1.0), None)]
     probed += [(k, p) for k, p in plans.items() if k[0] in args.needle_methods]
     hits = evaluate(model, [p for _, p in probed], items, needles.needle_hit, kind, args, store)
@@ -282,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         for packages, n, skip in ((corpus.CALIB_PACKAGES, args.calib_blocks, 0),
                                   (corpus.HELDOUT_PACKAGES, args.heldout_blocks, args.heldout_skip))
     )  # fmt: skip
-    plans, budgets = all_plans(model, calib, args, store)
+    plans, budgets = all_plans(model, tokenizer, calib, args, store)
     losses = evaluate(model, [None, *plans.values()], held, corpus.block_loss, "loss", args, store)
     hits, grids = {}, {}
     if args.needle_lengths:

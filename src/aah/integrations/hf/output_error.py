@@ -38,12 +38,20 @@ def output_error(
     sample_queries: int = 64,
     seed: int = 0,
     scale: float | None = None,
+    rows: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """(Hq, n_windows) float64 on CPU: mean || W_o,h (o - o_w) ||^2 (module docstring) over
-    `sample_queries` seeded positions per sequence, drawn from 1..T-1 (all of them when fewer)."""
+    `sample_queries` seeded positions per sequence, drawn from 1..T-1 (all of them when fewer),
+    or over the given `rows` (positions in 1..T-1, the same for every sequence of the batch:
+    e.g. the rows that predict an answer)."""
     check_int("sinks", sinks, minimum=0)
     check_int("sample_queries", sample_queries, minimum=1)
     batch, n_q, seq_len, dim = q.shape
+    if rows is not None:
+        rows = sorted({int(r) for r in rows})
+        if not rows or rows[0] < 1 or rows[-1] >= seq_len:
+            raise ValueError(f"rows must be a non-empty set of positions in 1..{seq_len - 1}, "
+                             f"got {rows}")  # fmt: skip
     n_kv = k.shape[1]
     if n_q % n_kv or w_o.shape[-1] != n_q * dim:
         raise ValueError(
@@ -56,9 +64,9 @@ def output_error(
     total = torch.zeros(n_q, len(candidates), dtype=torch.float64)
     if seq_len < 2:  # row 0 sees only itself, which every window keeps: nothing moves
         return total
-    for rows in sampled_rows(q, k, v, sample_queries, gen, scale):
+    for sampled in sampled_rows(q, k, v, sample_queries, gen, scale, rows):
         for c, w in enumerate(candidates):
-            moved = torch.einsum("hsd,ehd->hse", rows.full - rows.windowed(w, sinks), proj)
+            moved = torch.einsum("hsd,ehd->hse", sampled.full - sampled.windowed(w, sinks), proj)
             total[:, c] += moved.pow(2).sum(-1).mean(-1).double().cpu()
     return total / batch
 
@@ -83,16 +91,20 @@ class SampledRows:
 
 def sampled_rows(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sample_queries: int,
-    gen: torch.Generator, scale: float,
+    gen: torch.Generator, scale: float, rows: Sequence[int] | None = None,
 ) -> Iterator[SampledRows]:  # fmt: skip
     """Per sequence of the batch, `sample_queries` rows drawn from 1..T-1 with `gen` (all of
-    them when fewer), in float32 without gradients; query head h reads KV head h // G."""
+    them when fewer), or the given sorted `rows`, in float32 without gradients; query head h
+    reads KV head h // G."""
     seq_len, group = q.shape[2], q.shape[1] // k.shape[1]
     keys = torch.arange(seq_len, device=q.device)
     with torch.no_grad():
         for b in range(q.shape[0]):
-            pos = torch.randperm(seq_len - 1, generator=gen)[:sample_queries].add_(1).sort().values
-            pos = pos.to(q.device)
+            if rows is None:
+                pos = torch.randperm(seq_len - 1, generator=gen)[:sample_queries].add_(1)
+                pos = pos.sort().values.to(q.device)
+            else:
+                pos = torch.tensor(rows, device=q.device)
             qs = q[b, :, pos].float() * scale  # (Hq, S, D)
             kk = k[b].float().repeat_interleave(group, 0)  # (Hq, T, D)
             vv = v[b].float().repeat_interleave(group, 0)

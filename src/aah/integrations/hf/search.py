@@ -95,17 +95,26 @@ def measure_signal(
     sample_queries: int = 64,
     seed: int = 0,
     sinks: int = 0,
+    query_rows: Sequence[Sequence[int]] | None = None,
+    progress: bool = False,
 ) -> torch.Tensor:
     """(n_layer, Hq, n_windows) float64, the mean over `batches` of a one-pass signal:
     "mass", the attention mass beyond each candidate window and outside the first `sinks`
     keys; "output", the squared change of each head's residual-stream contribution when cut
-    to each candidate with `sinks` sinks (`hf.output_error`)."""
+    to each candidate with `sinks` sinks (`hf.output_error`). `query_rows` (output only), one
+    list of positions per batch, replaces the sampled rows: e.g. the rows that predict the
+    answer of a retrieval prompt. `progress`: a bar over the batches."""
     if signal not in PROBED:
         raise ValueError(f"one-pass signal must be one of {', '.join(PROBED)}, got {signal!r}")
     cands = check_candidates(candidates)
     check_int("sinks", sinks, minimum=0)
     if not batches:
         raise ValueError("no calibration batches")
+    if query_rows is not None and (signal != "output" or len(query_rows) != len(batches)):
+        raise ValueError(
+            f"query_rows needs the output signal and one list per batch ({len(batches)}), got "
+            f"{len(query_rows)} for {signal!r}"
+        )
     rows = PROBED[signal]
     lay = layout(model)
     index = {id(m): i for i, m in enumerate(lay.modules)}
@@ -117,7 +126,13 @@ def measure_signal(
         module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
     ) -> None:
         # A fresh sample of query positions per batch.
-        opts = {"sample_queries": sample_queries, "seed": seed + batch_no[0], "scale": scale}
+        opts: dict[str, Any] = {
+            "sample_queries": sample_queries,
+            "seed": seed + batch_no[0],
+            "scale": scale,
+        }
+        if query_rows is not None:
+            opts["rows"] = query_rows[batch_no[0]]
         layer = index[id(module)]
         total[layer] += rows(module, q.detach(), k.detach(), v.detach(), cands, sinks, opts)
         calls[layer] += 1
@@ -127,7 +142,10 @@ def measure_signal(
     try:
         with probing(model, probe), torch.no_grad():
             device = next(model.parameters()).device
-            for i, ids in enumerate(batches):
+            from tqdm import tqdm
+
+            bar = tqdm(batches, desc=f"{signal} signal", unit="batch", disable=not progress)
+            for i, ids in enumerate(bar):
                 batch_no[0] = i
                 model(input_ids=ids.to(device), use_cache=False)
     finally:
@@ -320,7 +338,7 @@ def search_plan(
             the better allocation on pretrained models, docs/pretrained.md) or "loss" (the loss rise
             of cutting each KV head alone to each window: one pass per (KV head, candidate <
             T), `hf.ablation`).
-        progress: a progress bar over the loss signal's passes.
+        progress: a progress bar over the calibration passes.
     """
     check_signal(signal)
     if kv_fraction is None:
@@ -349,8 +367,9 @@ def search_plan(
             sinks=sinks, kv_budget=kv_budget,
         )  # fmt: skip
     cost = measure_signal(
-        model, batches, cands, signal, sample_queries=sample_queries, seed=seed, sinks=sinks
-    )
+        model, batches, cands, signal, sample_queries=sample_queries, seed=seed, sinks=sinks,
+        progress=progress,
+    )  # fmt: skip
     plan = plan_from_mass(
         cost, cands, t, budget, name, shape=shape, sinks=sinks, kv_budget=kv_budget
     )
