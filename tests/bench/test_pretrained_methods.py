@@ -116,7 +116,7 @@ def test_output_plus_retrieval_weighs_both_signals_alike_whatever_their_scale() 
     assert kv_bytes(plans["output+retrieval"]) <= budget(0.6).kv_bytes
     assert methods.signals_needed(["output+retrieval-shuffled"]) == ["output", "retrieval"]
     assert methods.blended(signals, ["output"]) is text
-    with pytest.raises(ValueError, match="'retrieval' is zero"):
+    with pytest.raises(ValueError, match="signal 1 is zero"):
         methods.blended({"output": text, "retrieval": torch.zeros_like(text)},
                         ["output", "retrieval"])  # fmt: skip
 

@@ -178,3 +178,26 @@ def test_applied_takes_sinks_and_puts_the_model_back() -> None:
     with hf.applied(model, [[8] * 4] * 2, sinks=2):
         assert hf.current_sinks(model) == [[2] * 4] * 2
     assert hf.current_plan(model) is None and model.config._attn_implementation == "sdpa"
+
+
+def test_output_plus_retrieval_search_allocates_on_the_blend_of_both_signals() -> None:
+    from aah.integrations.hf.allocate import kv_shape
+    from aah.integrations.hf.retrieval_calib import retrieval_prompts
+    from aah.integrations.hf.search import blended, measure_signal
+
+    model, t = tiny_model("llama", max_position_embeddings=256), 128
+    ids = torch.randint(0, VOCAB, (2, t), generator=torch.Generator().manual_seed(5))
+    plan = search_plan(model, ids, 0.5, seq_len=t, sinks=2, signal="output+retrieval",
+                       sample_queries=16)  # fmt: skip
+    assert plan.signal == "output+retrieval" and plan.lost_mass is None
+    assert SearchedPlan.from_json(plan.to_json()) == plan
+
+    cands = default_candidates(t)
+    opts = {"sample_queries": 16, "seed": 0, "sinks": 2}
+    text = measure_signal(model, [ids[:1], ids[1:]], cands, "output", **opts)
+    prompts = retrieval_prompts([ids[:1], ids[1:]], None, 16, vocab_size=VOCAB)
+    answer = measure_signal(model, [p.ids for p in prompts], cands, "output",
+                            query_rows=[p.rows for p in prompts], **opts)  # fmt: skip
+    want = plan_from_mass(blended([text, answer]), cands, t, 0.5, "LlamaForCausalLM",
+                          shape=kv_shape(model), sinks=2)  # fmt: skip
+    assert plan.windows == want.windows

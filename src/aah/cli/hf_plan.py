@@ -12,8 +12,10 @@ KV bytes the per-head cache holds per sequence at the calibration length (`--bud
 MB = 2**20 bytes); `--sinks N` gives every head N attention sinks, measured and costed.
 `--signal` picks what is allocated on: attention mass beyond each window (`mass`, one pass over
 the calibration text), the change of each head's residual-stream contribution (`output`, one
-pass; values and output projection included) or the loss rise of cutting each KV head alone
-to each window (`loss`, `hf.ablation`: one pass per KV head and candidate).
+pass; values and output projection included), that plus the same at the answer rows of
+retrieval prompts built on the calibration text (`output+retrieval`), or the loss rise of
+cutting each KV head alone to each window (`loss`, `hf.ablation`: one pass per KV head and
+candidate).
 
 Models load through `hf.load.load_model`: a GGUF file or a folder holding one, or a
 transformers folder, work offline; a hub name needs network access (and is cached by
@@ -75,7 +77,10 @@ def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
         help="what to allocate on: 'mass' (default), attention mass beyond each window, one "
         "forward over the calibration batches; 'output', the squared change of each head's "
         "contribution to the residual stream (values and output projection included), one "
-        "forward (it beat mass on SmolLM2-135M, docs/pretrained.md); 'loss', the rise of the "
+        "forward (it beat mass on SmolLM2-135M, docs/pretrained.md); 'output+retrieval', that "
+        "plus the same change at the answer rows of 16 retrieval prompts built on the "
+        "calibration text, equally weighted (keeps the heads that fetch far facts; 17 more "
+        "forwards); 'loss', the rise of the "
         "mean next-token loss when one KV head alone is cut to each window, one forward over "
         "the calibration batches per "
         "(KV head, candidate < T), i.e. layers x KV heads x candidates passes: slower, but it "

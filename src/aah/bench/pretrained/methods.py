@@ -69,18 +69,10 @@ def signals_needed(methods: Sequence[str]) -> list[str]:
 
 
 def blended(signals: Mapping[str, torch.Tensor], names: Sequence[str]) -> torch.Tensor:
-    """The named signals (L, Hq, n_windows) summed, each divided by its total over the heads
-    at the smallest candidate window first, so each weighs the same whatever its units and
-    scale (one signal passes through unchanged)."""
-    if len(names) == 1:
-        return signals[names[0]]
-    parts = []
-    for name in names:
-        total = float(signals[name][..., 0].sum())
-        if not total > 0:
-            raise ValueError(f"signal {name!r} is zero at the smallest window: nothing to weigh")
-        parts.append(signals[name] / total)
-    return torch.stack(parts).sum(0)
+    """The named signals, equally weighted (`hf.search.blended`)."""
+    from aah.integrations.hf.search import blended as blend
+
+    return blend([signals[name] for name in names])
 
 
 @dataclass(frozen=True)

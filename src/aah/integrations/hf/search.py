@@ -155,6 +155,46 @@ def measure_signal(
     return total / len(batches)
 
 
+def blended(signals: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The signals (L, Hq, n_windows) summed, each divided by its total over the heads at the
+    smallest candidate window first, so each weighs the same whatever its units and scale
+    (one signal passes through unchanged)."""
+    if len(signals) == 1:
+        return signals[0]
+    parts = []
+    for i, signal in enumerate(signals):
+        total = float(signal[..., 0].sum())
+        if not total > 0:
+            raise ValueError(f"signal {i} is zero at the smallest window: nothing to weigh")
+        parts.append(signal / total)
+    return torch.stack(parts).sum(0)
+
+
+def measure_retrieval_blend(
+    model: torch.nn.Module,
+    batches: Sequence[torch.Tensor],
+    candidates: Sequence[int],
+    *,
+    prompts: int = 16,
+    tokenizer: Any | None = None,
+    **kw: Any,
+) -> torch.Tensor:
+    """The "output+retrieval" signal: the output signal of the calibration text `blended` with
+    the output signal at the answer rows of `prompts` retrieval prompts built on the same
+    blocks (`hf.retrieval_calib`), so a head that fetches one fact from far back keeps the
+    context it needs even when running text barely uses it."""
+    from aah.integrations.hf.retrieval_calib import retrieval_prompts
+
+    text = measure_signal(model, batches, candidates, "output", **kw)
+    blocks = [row.view(1, -1) for batch in batches for row in batch]
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    items = retrieval_prompts(blocks, tokenizer, prompts, seed=kw.get("seed", 0), vocab_size=vocab)
+    rows = [p.rows for p in items]
+    retrieval = measure_signal(model, [p.ids for p in items], candidates, "output",
+                               query_rows=rows, **kw)  # fmt: skip
+    return blended([text, retrieval])
+
+
 def measure_mass(
     model: torch.nn.Module, batches: Sequence[torch.Tensor], candidates: Sequence[int], **kw: Any
 ) -> torch.Tensor:
@@ -335,7 +375,10 @@ def search_plan(
         sample_queries: exact attention rows per head and batch (mass signal).
         signal: "mass" (attention mass beyond each window, one pass), "output" (the squared
             change of each head's residual-stream contribution, `hf.output_error`, one pass;
-            the better allocation on pretrained models, docs/pretrained.md) or "loss" (the loss rise
+            the better allocation on pretrained models, docs/pretrained.md), "output+retrieval"
+            (the output signal plus the same at the answer rows of 16 retrieval prompts
+            built on the calibration text, equally weighted: keeps the heads that fetch far
+            facts, `measure_retrieval_blend`) or "loss" (the loss rise
             of cutting each KV head alone to each window: one pass per (KV head, candidate <
             T), `hf.ablation`).
         progress: a progress bar over the calibration passes.
@@ -366,13 +409,14 @@ def search_plan(
             costs, cands, t, budget, name, n_head=layout(model).n_head, shape=shape,
             sinks=sinks, kv_budget=kv_budget,
         )  # fmt: skip
-    cost = measure_signal(
-        model, batches, cands, signal, sample_queries=sample_queries, seed=seed, sinks=sinks,
-        progress=progress,
-    )  # fmt: skip
+    opts = {"sample_queries": sample_queries, "seed": seed, "sinks": sinks, "progress": progress}
+    if signal == "output+retrieval":
+        cost = measure_retrieval_blend(model, batches, cands, tokenizer=tokenizer, **opts)
+    else:
+        cost = measure_signal(model, batches, cands, signal, **opts)
     plan = plan_from_mass(
         cost, cands, t, budget, name, shape=shape, sinks=sinks, kv_budget=kv_budget
     )
-    if signal == "output":  # lost_mass would be the summed output error: not a mass
-        plan = replace(plan, lost_mass=None, signal="output")
+    if signal != "mass":  # lost_mass would be the summed output error: not a mass
+        plan = replace(plan, lost_mass=None, signal=signal)
     return plan
