@@ -17,6 +17,7 @@ import torch
 
 from aah.controller import ControllerConfig, make_policy
 from aah.controller.head_stats import attention_stats, sample_rows
+from aah.controller.options import AdaptiveOptions
 from aah.data.dataset import load_tokens
 from aah.data.loader import spread_windows
 from aah.train.load import load_run
@@ -31,8 +32,9 @@ def first_decision(cfg, acts, feature_rows: int) -> list[list[int]]:  # type: ig
         n_kv_head=cfg.model.n_kv_head, seq_len=cfg.seq_len,
     )  # fmt: skip
     policy.update(0, acts)
-    policy.update(control.interval - 1, acts)  # the features' pass
-    plan = policy.update(control.interval, acts)
+    interval = control.options_as(AdaptiveOptions).interval
+    policy.update(interval - 1, acts)  # the features' pass
+    plan = policy.update(interval, acts)
     assert plan is not None
     return plan
 

@@ -146,13 +146,18 @@ def test_bench_training_last_line_is_json(capsys, monkeypatch):
     assert main(["bench", "training", "--seq-lens", "x"]) == 2
     assert main(["bench", "training", "--seq-lens", "16", "--feature-rows", "-1"]) == 2
     from aah.bench import training
+    from aah.controller.options import AdaptiveOptions
 
-    seen: list[int] = []  # what each policy was built with
+    seen: list[int] = []  # what each AAH-v3 policy (the one reading it) was built with
     real = training.make_policy
     real_gpt = training.GPT
-    monkeypatch.setattr(
-        training, "make_policy", lambda cfg, **d: seen.append(cfg.feature_rows) or real(cfg, **d)
-    )
+
+    def spy(cfg, **d):
+        if isinstance(cfg.options, AdaptiveOptions):
+            seen.append(cfg.options.feature_rows)
+        return real(cfg, **d)
+
+    monkeypatch.setattr(training, "make_policy", spy)
     assert main(["bench", "training", "--seq-lens", "16", "--steps", "1", "--warmup", "0",
                  "--batch-size", "1", "--threads", "1", "--feature-rows", "4"]) == 0  # fmt: skip
     sampled = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -2,12 +2,12 @@
 and `aah bench training` rows streamed as they finish."""
 
 import argparse
-import dataclasses
 
 import pytest
 
 from aah.cli import build_parser, main
-from aah.train.run_config import SECTIONS
+from aah.train.fields import field_types
+from aah.train.run_config import SECTIONS, controller_types
 
 
 def subparser(*path):
@@ -71,10 +71,13 @@ def test_train_help_lists_every_config_field(capsys):
         main(["train", "--help"])
     out = capsys.readouterr().out
     for section, cls in SECTIONS.items():
-        for field in dataclasses.fields(cls):
-            assert f"--{section}.{field.name} " in out
+        names = controller_types() if section == "controller" else field_types(cls)
+        for name in names:
+            assert f"--{section}.{name} " in out
     line = next(x for x in out.splitlines() if "--controller.group_threshold" in x)
-    assert line.split()[1:] == ["float", "0.72"]
+    assert line.split()[1:] == ["float", "0.72", "[aah-v3-full-adaptive*]"]  # and who reads it
+    line = next(x for x in out.splitlines() if "--controller.budget " in x)
+    assert line.split()[1:] == ["float", "0.3", "[budget*,", "loss-ablation*]"]
 
 
 def test_bench_training_streams_its_rows(monkeypatch, capsys):

@@ -76,8 +76,14 @@ def test_disk_full_while_checkpointing(tmp_path, tiny_corpus, capsys, monkeypatc
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        (["--controller.group_threshold", "5"], "controller.group_threshold"),
-        (["--controller.upper_threshold", "-2"], "controller.upper_threshold"),
+        (
+            ["--controller.policy", "aah-v3-full-adaptive", "--controller.group_threshold", "5"],
+            "controller.group_threshold",
+        ),
+        (
+            ["--controller.policy", "aah-v3-deep-reuse", "--controller.upper_threshold", "-2"],
+            "controller.upper_threshold",
+        ),
         (["--model.backend", "nope"], "model.backend"),
         (["--train.device", "tpu"], "train.device"),
     ],

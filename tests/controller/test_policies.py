@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from aah.controller import POLICIES, ControllerConfig, make_policy
+from aah.controller.options import OPTIONS_OF, names_of
 from aah.controller.protocol import ProbesLoss
 from aah.plan import WindowPlan
 
@@ -337,7 +338,9 @@ def test_static_plan_file_round_trip(tmp_path):
     ],
 )
 def test_bad_config_raises_naming_the_field(field, value):
-    kw = {"policy": "static", field: value} if field == "static_plan" else {field: value}
+    # Each option checked under a policy that reads it (options are the policy's own).
+    reader = next((p for p, cls in OPTIONS_OF.items() if field in names_of(cls)), "full")
+    kw = {field: value} if field == "policy" else {"policy": reader, field: value}
     cfg = ControllerConfig(**kw)
     with pytest.raises(ValueError, match=field) as err:
         cfg.validate(T)

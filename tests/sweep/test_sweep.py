@@ -82,7 +82,7 @@ def test_grid_is_seed_major_and_seeds_reach_train_and_controller(tmp_path, tiny_
     for cell in cells:
         assert cell.config.train.seed == cell.seed == cell.config.controller.seed
     assert cells[1].config.controller.policy == "budget"
-    assert cells[1].config.controller.budget == 0.5
+    assert cells[1].config.controller.options.budget == 0.5
     assert cells[0].config.controller.policy == "full"
     assert sweep.base.train.seed == 0  # the base is not mutated by expanding the grid
 
@@ -94,7 +94,7 @@ def test_seed_placeholder_in_variant_text_values(tmp_path, tiny_corpus):
     )
     path = suite_file(tmp_path, tiny_corpus, regimes=("oracle",), seeds=(3, 1), variants=variants)
     cells = SweepConfig.from_toml(path).cells()
-    got = [c.config.controller.static_plan for c in cells]
+    got = [c.config.controller.options.static_plan for c in cells]
     assert got == [plan_file.replace("{seed}", "3"), plan_file.replace("{seed}", "1")]
 
 

@@ -50,7 +50,7 @@ def test_toml_round_trip(tmp_path):
     path.write_text(config.to_toml())
     back = RunConfig.from_toml(path)
     assert back == config
-    assert back.controller.windows == [64, 128, 256, 1024] and back.model.n_layer == 6
+    assert back.controller.options.windows == [64, 128, 256, 1024] and back.model.n_layer == 6
     assert back.data.path == 'we"ird\\path'
 
 
@@ -66,8 +66,12 @@ def test_override_types():
         ]
     )
     assert config.train.max_steps == 200 and math.isclose(config.train.lr, 3e-4)
-    assert config.controller.fixed_window is None and config.data.max_bytes == 2_000_000
-    assert config.controller.windows == [32, 64] and config.controller.random_resample is True
+    assert config.data.max_bytes == 2_000_000
+    ctrl = config.controller  # options are read by the policy that owns them
+    ctrl.policy = "random"
+    assert ctrl.options.windows == [32, 64] and ctrl.options.random_resample is True
+    ctrl.policy = "fixed"
+    assert ctrl.options.fixed_window is None
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from aah.cli import flags
 from aah.controller import QKV, ControllerConfig, Policy, make_policy
+from aah.controller.options import Scheduled
 from aah.eval.evaluate import plan_diagnostics
 from aah.model import GPT, GPTConfig
 from aah.train.distributed import resolve_device
@@ -43,14 +44,12 @@ ControlTimer = Callable[[], float]
 def _fresh_policy(model: GPT, name: str, budget: float, feature_rows: int) -> tuple[int, Policy]:
     """(interval, a new policy) as training builds it, deciding from its first update."""
     cfg = model.config
-    control = ControllerConfig(
-        policy=name, warmup_steps=0, budget=budget, feature_rows=feature_rows
-    )
+    control = ControllerConfig(name, warmup_steps=0, budget=budget, feature_rows=feature_rows)
     policy = make_policy(
         control, n_layer=cfg.n_layer, n_head=cfg.n_head, n_kv_head=cfg.n_kv_head,
         seq_len=cfg.max_seq_len,
     )  # fmt: skip
-    return control.interval, policy
+    return control.options_as(Scheduled).interval, policy
 
 
 def _control_seconds(

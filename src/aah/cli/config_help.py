@@ -38,11 +38,43 @@ def fields_text() -> str:
 
     lines = ["config fields (--SECTION.FIELD VALUE, or FIELD = VALUE under [SECTION] in TOML):"]
     for section, cls in SECTIONS.items():
+        if section == "controller":
+            lines += _controller_lines()
+            continue
         types = field_types(cls)
-        for field in dataclasses.fields(cls):
-            name, tp = f"--{section}.{field.name}", types[field.name]
-            line = f"  {name:<34} {type_name(tp):<18} {default_text(field)}"
-            if typing.get_origin(tp) is typing.Literal:
-                line += f"  ({', '.join(typing.get_args(tp))})"
-            lines.append(line)
+        lines += [_line(f"--{section}.{f.name}", types[f.name], default_text(f))
+                  for f in dataclasses.fields(cls)]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _line(name: str, tp: Any, default: str) -> str:
+    line = f"  {name:<34} {type_name(tp):<18} {default}"
+    if typing.get_origin(tp) is typing.Literal:
+        line += f"  ({', '.join(typing.get_args(tp))})"
+    return line
+
+
+def _controller_lines() -> list[str]:
+    """The fields every policy reads, then every option once, with the policies that read it
+    (a family of policies by its first name and a star)."""
+    from aah.controller.config import PolicyName
+    from aah.controller.options import OPTIONS_OF
+
+    lines = [_line("--controller.policy", PolicyName, "'full'"),
+             _line("--controller.warmup_steps", int, "100"),
+             _line("--controller.seed", int, "0")]  # fmt: skip
+    readers: dict[str, list[str]] = {}
+    fields: dict[str, tuple[Any, dataclasses.Field]] = {}
+    for cls in dict.fromkeys(OPTIONS_OF.values()):
+        users = [name for name, c in OPTIONS_OF.items() if c is cls]
+        label = users[0] + ("*" if len(users) > 1 else "")
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            readers.setdefault(f.name, []).append(label)
+            fields.setdefault(f.name, (hints[f.name], f))
+    for name, (tp, f) in fields.items():
+        lines.append(_line(f"--controller.{name}", tp, default_text(f)))
+        lines[-1] += f"  [{', '.join(readers[name])}]"
+    lines.append("  (NAME*: NAME and the other policies of its family; a policy ignores the "
+                 "options it does not read)")  # fmt: skip
+    return lines

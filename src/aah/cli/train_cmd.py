@@ -102,6 +102,10 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
               f"{config.train.max_steps} steps)", flush=True)  # fmt: skip
         if (warning := warmup_warning(config)) is not None:
             print(f"warning: {warning}", file=sys.stderr, flush=True)
+        if unused := config.controller.unused():
+            names = ", ".join(f"controller.{k}" for k in unused)
+            print(f"notice: {names}: not read by policy {config.controller.policy!r}, ignored",
+                  file=sys.stderr, flush=True)  # fmt: skip
     # Bars only on a terminal: in a log file their frames are noise.
     progress = not args.no_progress and sys.stderr.isatty()
     try:
@@ -129,7 +133,7 @@ def warmup_warning(config) -> str | None:  # config: RunConfig
     ctrl, steps = config.controller, config.train.max_steps
     # fixed, static and random may start windowed; the controllers always warm up first;
     # a replay follows its source's schedule, whatever warmup_steps says.
-    from_start = ctrl.windowed_from_start and ctrl.policy in ("fixed", "static", "random")
+    from_start = getattr(ctrl.options, "windowed_from_start", False)
     replays = ctrl.policy in REPLAY_POLICIES
     if ctrl.policy == "full" or from_start or replays or ctrl.warmup_steps < steps:
         return None

@@ -34,6 +34,7 @@ from aah.controller.budget import (
 )
 from aah.controller.config import ControllerConfig
 from aah.controller.ema import FeatureEMA
+from aah.controller.options import AblationOptions
 from aah.controller.protocol import QKV
 from aah.plan import Plan, full_plan
 
@@ -113,7 +114,8 @@ class AblationPolicy(BasePolicy):
 
     def __init__(self, cfg: ControllerConfig, name: str = "loss-ablation", **dims: int) -> None:
         super().__init__(name, cfg, **dims)
-        self._ema = FeatureEMA(cfg.feature_ema, cfg.use_feature_ema)
+        self.opts = cfg.options_as(AblationOptions)
+        self._ema = FeatureEMA(self.opts.feature_ema, self.opts.use_feature_ema)
         self._probe: LossProbe | None = None
 
     def attach_probe(self, probe: LossProbe) -> None:
@@ -133,10 +135,10 @@ class AblationPolicy(BasePolicy):
         measured = cut_costs(self._probe, self.n_layer, self.n_head, self.seq_len, self.windows)
         flat = torch.from_numpy(measured.reshape(self.n_layer * self.n_head, -1))
         cost = self._ema.update(flat).double().numpy()
-        alloc = allocate_budget(cost, self.windows, self.seq_len, self.cfg.budget)
+        alloc = allocate_budget(cost, self.windows, self.seq_len, self.opts.budget)
         self._plan = allocated_plan(alloc, self.windows, self.n_layer, self.n_head)
         self._extra = allocation_record(
-            alloc, self._plan, self.seq_len, self.cfg.budget, "expected_loss_rise"
+            alloc, self._plan, self.seq_len, self.opts.budget, "expected_loss_rise"
         )
         self.last_update_seconds = time.perf_counter() - t0
         return self.current_plan()

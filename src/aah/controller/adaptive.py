@@ -25,6 +25,7 @@ from aah.controller.base import BasePolicy
 from aah.controller.config import ControllerConfig
 from aah.controller.head_stats import attention_stats, sample_rows
 from aah.controller.hierarchy import GroupingRule
+from aah.controller.options import AdaptiveOptions
 from aah.controller.protocol import QKV
 from aah.controller.scorer import Scorer
 from aah.controller.shuffle import draw, permute
@@ -44,23 +45,24 @@ AUX_STREAM = 7919
 
 def settings_for(cfg: ControllerConfig) -> Settings:
     regime = ADAPTIVE_POLICIES[cfg.policy]
+    opts = cfg.options_as(AdaptiveOptions)
     return Settings(
         regime=regime,
         rule=GroupingRule(
-            group_threshold=cfg.group_threshold,
-            upper_threshold=cfg.upper_threshold,
-            stickiness=cfg.stickiness,
-            min_group_size=cfg.min_group_size,
-            max_depth=1 if regime == "shallow-freeze" else cfg.max_depth,
-            norm_penalty=cfg.norm_penalty,
+            group_threshold=opts.group_threshold,
+            upper_threshold=opts.upper_threshold,
+            stickiness=opts.stickiness,
+            min_group_size=opts.min_group_size,
+            max_depth=1 if regime == "shallow-freeze" else opts.max_depth,
+            norm_penalty=opts.norm_penalty,
         ),
         warmup_steps=cfg.warmup_steps,
-        interval=cfg.interval,
-        feature_ema=cfg.feature_ema if cfg.use_feature_ema else 0.0,
-        window_ema=cfg.window_ema,
-        parent_constraint=cfg.parent_constraint,
-        joint_scoring=cfg.joint_scoring,
-        grouping_seed=cfg.seed if cfg.grouping_seed is None else cfg.grouping_seed,
+        interval=opts.interval,
+        feature_ema=opts.feature_ema if opts.use_feature_ema else 0.0,
+        window_ema=opts.window_ema,
+        parent_constraint=opts.parent_constraint,
+        joint_scoring=opts.joint_scoring,
+        grouping_seed=cfg.seed if opts.grouping_seed is None else opts.grouping_seed,
     )
 
 
@@ -69,6 +71,7 @@ class AdaptivePolicy(BasePolicy):
 
     def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
         super().__init__(cfg.policy, cfg, **dims)
+        self.opts = cfg.options_as(AdaptiveOptions)
         gen = torch.Generator().manual_seed(cfg.seed)
         settings = settings_for(cfg)
         self._layers = [
@@ -130,7 +133,7 @@ class AdaptivePolicy(BasePolicy):
         if rows[0] is None:  # warm-up: full attention stays in force
             return None
         if self._perms is not None:
-            if decides and self.cfg.random_resample:
+            if decides and self.opts.random_resample:
                 self._perms = self._draw_perms()
             rows = permute(rows, self._perms, "layer")  # type: ignore[arg-type]
         plan = [[self.windows[i] for i in row] for row in rows]  # type: ignore[union-attr]
@@ -146,14 +149,14 @@ class AdaptivePolicy(BasePolicy):
     def _attention(self, acts: tuple[torch.Tensor | None, ...], windows: list[int]) -> torch.Tensor:
         q, k, v = (t.detach() for t in acts[:3])  # type: ignore[union-attr]
         rows = None
-        if self.cfg.feature_rows:
-            rows = sample_rows(q.shape[2], self.cfg.feature_rows, self._sample_seed)
+        if self.opts.feature_rows:
+            rows = sample_rows(q.shape[2], self.opts.feature_rows, self._sample_seed)
         # The forward's own output saves half the pass; in float32 only, so that mixed
         # precision training measures the same statistics as the float32 pass would.
         out = acts[3] if len(acts) > 3 else None
         if out is not None and out.dtype != torch.float32:
             out = None
-        return attention_stats(q, k, v, windows, rows=rows, usage=self.cfg.usage, out=out)
+        return attention_stats(q, k, v, windows, rows=rows, usage=self.opts.usage, out=out)
 
     # -- state -----------------------------------------------------------------------------
     def _state(self) -> dict:

@@ -16,6 +16,7 @@ import torch
 from aah.controller.config import ControllerConfig
 from aah.controller.decide import is_update_step
 from aah.controller.mass import mass_beyond
+from aah.controller.options import BudgetOptions, Scheduled
 from aah.controller.protocol import QKV
 from aah.plan import Plan, full_plan
 
@@ -118,7 +119,8 @@ class BasePolicy:
         return None
 
     def _on_schedule(self, step: int) -> bool:
-        return is_update_step(step, self.cfg.warmup_steps, self.cfg.interval)
+        interval = self.cfg.options_as(Scheduled).interval
+        return is_update_step(step, self.cfg.warmup_steps, interval)
 
     def _mass_beyond(self, qkv: QKV) -> list[torch.Tensor]:
         """Per layer (Hq, n_windows): measured attention mass beyond each candidate window."""
@@ -137,7 +139,7 @@ class BasePolicy:
                     k.detach(),
                     v.detach(),
                     self.windows,
-                    sample_queries=self.cfg.sample_queries,
+                    sample_queries=self.cfg.options_as(BudgetOptions).sample_queries,
                     seed=self._sample_seed,
                 )
             )

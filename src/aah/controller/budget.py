@@ -28,6 +28,7 @@ from aah.controller.base import BasePolicy
 from aah.controller.config import ControllerConfig
 from aah.controller.ema import FeatureEMA
 from aah.controller.greedy import greedy, pair_cap
+from aah.controller.options import BudgetOptions
 from aah.controller.protocol import QKV
 from aah.controller.shuffle import shuffled
 from aah.plan import Plan
@@ -87,7 +88,11 @@ class BudgetPolicy(BasePolicy):
 
     def __init__(self, cfg: ControllerConfig, name: str = "budget", **dims: int) -> None:
         super().__init__(name, cfg, **dims)
-        self._ema = [FeatureEMA(cfg.feature_ema, cfg.use_feature_ema) for _ in range(self.n_layer)]
+        self.opts = cfg.options_as(BudgetOptions)
+        self._ema = [
+            FeatureEMA(self.opts.feature_ema, self.opts.use_feature_ema)
+            for _ in range(self.n_layer)
+        ]
 
     def wants_update(self, step: int) -> bool:
         return self._on_schedule(step)
@@ -102,11 +107,11 @@ class BudgetPolicy(BasePolicy):
             np.concatenate([m.double().numpy() for m in mass]),
             self.windows,
             self.seq_len,
-            self.cfg.budget,
+            self.opts.budget,
         )
         self._plan = allocated_plan(alloc, self.windows, self.n_layer, self.n_head)
         self._extra = allocation_record(
-            alloc, self._plan, self.seq_len, self.cfg.budget, "expected_lost_mass"
+            alloc, self._plan, self.seq_len, self.opts.budget, "expected_lost_mass"
         )
         self.last_update_seconds = time.perf_counter() - t0
         return self.current_plan()

@@ -1,11 +1,27 @@
-"""`ControllerConfig`: TOML section `[controller]` (CLI `--controller.<field>`) and its checks."""
+"""`ControllerConfig`: TOML section `[controller]` (CLI `--controller.<key>`) and its checks.
+
+What every policy reads is a field: `policy`, `warmup_steps` (full attention first, for every
+windowed policy alike, so controls match) and `seed`. Everything else is the policy's own
+`options` (`controller/options.py`): flat keys of the same table in TOML and on the command
+line, routed to the policy when it is built.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, get_args
+import dataclasses
+from typing import Any, Literal, TypeVar, get_args
 
-from aah.validate import check_bool, check_choice, check_int, is_int, is_real
+from aah.controller.options import (
+    OPTIONS_OF,
+    USAGES,
+    Options,
+    Usage,
+    option_defaults,
+    option_types,
+)
+from aah.validate import check_choice, check_int
+
+OptionsT = TypeVar("OptionsT", bound=Options)
 
 #: every window policy (policies.py builds each one).
 PolicyName = Literal[
@@ -30,132 +46,101 @@ PolicyName = Literal[
 POLICIES: tuple[str, ...] = get_args(PolicyName)
 #: the policies that follow a finished run's plans (`replay_from`).
 REPLAY_POLICIES = ("replay", "replay-shuffled", "replay-scattered")
-#: how a head's context use is measured (aah.controller.head_stats).
-Usage = Literal["last-key", "look-back"]
-USAGES: tuple[str, ...] = get_args(Usage)
+#: the fields every policy reads; every other key is an option of some policy.
+COMMON = ("policy", "warmup_steps", "seed")
+
+__all__ = ["POLICIES", "REPLAY_POLICIES", "USAGES", "ControllerConfig", "PolicyName", "Usage"]
 
 
-@dataclass
 class ControllerConfig:
-    """How per-head windows are chosen (docs/method.md; defaults are the paper's main rows).
+    """How per-head windows are chosen: the policy, its warm-up and seed, and its options.
 
-    `windows=None` resolves to [T//8, T//4, T//2, T] for sequence length T; `fixed_window=None`
-    to T//4. `static_plan` names a plan JSON ({"windows": [[...]]} or a bare [[...]]).
-    `replay_from` names a finished run whose plans.jsonl the replay policies follow.
-    `warmup_steps` of full attention apply to every windowed policy (fixed, random and static
-    too, so controls match); `windowed_from_start` puts those three in force from step 0.
-    `grouping_seed` (None: `seed`) draws fixed-random-grouping's halves. `feature_rows` = 0
-    computes the attention features over every row (exact); N > 0 estimates them from N
-    sampled rows. `usage`: "last-key" (the method's) or "look-back" (share of reachable
-    context used). `sample_queries` is the row sample of the budget policies' mass feature.
-    `ablation_windows`: calibration sequences of T (evenly spaced over the training split)
-    on which the loss-ablation policies measure what cutting each head costs.
+    `ControllerConfig("budget", warmup_steps=400, budget=0.3)`; `options` is the policy's own
+    options dataclass (`controller/options.py`), built from the keys given. A key that only
+    other policies read is kept aside and left out of `options` and `to_dict()`, so one suite
+    table can hold the options of all its regimes, and files written when every option was a
+    field of every policy still load. A key that no policy reads is a ValueError.
     """
 
-    policy: PolicyName = "full"
-    windows: list[int] | None = None
-    interval: int = 5
-    warmup_steps: int = 100
-    feature_ema: float = 0.9
-    window_ema: float = 0.15
-    seed: int = 0
-    budget: float = 0.3
-    fixed_window: int | None = None
-    static_plan: str | None = None
-    replay_from: str | None = None
-    random_resample: bool = False
-    group_threshold: float = 0.72
-    upper_threshold: float = 0.76
-    stickiness: float = 0.02
-    min_group_size: int = 3
-    max_depth: int = 4
-    norm_penalty: float = 16.0
-    sample_queries: int = 64
-    parent_constraint: bool = True
-    joint_scoring: bool = True
-    use_feature_ema: bool = True
-    grouping_seed: int | None = None
-    feature_rows: int = 0
-    usage: Usage = "last-key"
-    windowed_from_start: bool = False
-    ablation_windows: int = 16
+    def __init__(
+        self, policy: str = "full", *, warmup_steps: int = 100, seed: int = 0, **options: Any
+    ) -> None:
+        self.policy = policy
+        self.warmup_steps = warmup_steps
+        self.seed = seed
+        self._given: dict[str, Any] = {}
+        for key, value in options.items():
+            self.set(key, value)
+
+    def set(self, key: str, value: Any) -> None:
+        """Set a common field or an option by name (values already typed)."""
+        if key in COMMON:
+            setattr(self, key, value)
+        elif key in option_types():
+            self._given[key] = value
+        else:
+            raise ValueError(
+                f"unknown config key 'controller.{key}'; [controller] keys: "
+                f"{', '.join([*COMMON, *option_types()])}"
+            )
+
+    @property
+    def options(self) -> Options:
+        """The policy's options: the keys given that it reads, defaults for the rest."""
+        cls = OPTIONS_OF.get(self.policy)
+        if cls is None:
+            check_choice("controller.policy", self.policy, PolicyName)
+        assert cls is not None
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in self._given.items() if k in names})
+
+    def options_as(self, cls: type[OptionsT]) -> OptionsT:
+        """`options`, checked to be `cls` (a policy class asks for the options it reads)."""
+        opts = self.options
+        if not isinstance(opts, cls):
+            name = type(opts).__name__
+            raise TypeError(f"policy {self.policy!r} reads {name}, not {cls.__name__}")
+        return opts
+
+    def unused(self) -> list[str]:
+        """The keys given a value other than their default that this policy does not read
+        (a file written when every option was a field of every policy lists them all at
+        their defaults: those are not worth a word)."""
+        names = {f.name for f in dataclasses.fields(OPTIONS_OF.get(self.policy, Options))}
+        defaults = option_defaults()
+        return sorted(k for k, v in self._given.items() if k not in names and v != defaults[k])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The common fields, then the policy's options (what `[controller]` in TOML holds)."""
+        common = {"policy": self.policy, "warmup_steps": self.warmup_steps, "seed": self.seed}
+        return common | dataclasses.asdict(self.options)
 
     def validate(self, seq_len: int | None = None) -> None:
         """Raise ValueError naming the first bad field and its value."""
         check_choice("controller.policy", self.policy, PolicyName)
-        if self.windows is not None:
-            if isinstance(self.windows, (str, bytes)) or not hasattr(self.windows, "__iter__"):
-                raise ValueError(f"controller.windows must be a list of ints, got {self.windows!r}")
-            if len(self.windows) == 0:
-                raise ValueError("controller.windows must not be empty, got []")
-            for w in self.windows:
-                if not is_int(w) or w < 1:
-                    raise ValueError(
-                        f"controller.windows: every window must be an int >= 1, got {w!r}"
-                    )
-        for name, minimum in (
-            ("interval", 1),
-            ("warmup_steps", 0),
-            ("seed", None),
-            ("min_group_size", 1),
-            ("max_depth", 1),
-            ("sample_queries", 1),
-            ("feature_rows", 0),
-            ("ablation_windows", 1),
-        ):
-            check_int(f"controller.{name}", getattr(self, name), minimum)
-        if self.grouping_seed is not None:
-            check_int("controller.grouping_seed", self.grouping_seed)
-        check_choice("controller.usage", self.usage, Usage)
-        if self.fixed_window is not None:
-            check_int("controller.fixed_window", self.fixed_window, 1)
-        for name in ("feature_ema", "window_ema"):
-            value = getattr(self, name)
-            if not is_real(value) or not 0.0 <= value < 1.0:
-                raise ValueError(f"controller.{name} must be in [0, 1), got {value!r}")
-        if not is_real(self.budget) or not 0.0 < self.budget <= 1.0:
-            raise ValueError(f"controller.budget must be in (0, 1], got {self.budget!r}")
-        for name in ("group_threshold", "upper_threshold"):  # cosine similarities
-            value = getattr(self, name)
-            if not is_real(value) or not -1.0 <= value <= 1.0:
-                raise ValueError(
-                    f"controller.{name} is a cosine similarity and must be in [-1, 1], "
-                    f"got {value!r}"
-                )
-        for name in ("stickiness", "norm_penalty"):
-            value = getattr(self, name)
-            if not is_real(value) or value < 0:
-                raise ValueError(f"controller.{name} must be a finite number >= 0, got {value!r}")
-        for name in (
-            "random_resample",
-            "parent_constraint",
-            "joint_scoring",
-            "use_feature_ema",
-            "windowed_from_start",
-        ):
-            check_bool(f"controller.{name}", getattr(self, name))
-        if self.policy == "static" and not self.static_plan:
-            raise ValueError(
-                f"controller.static_plan must name a plan JSON for policy 'static', "
-                f"got {self.static_plan!r}"
-            )
-        if self.static_plan is not None and not isinstance(self.static_plan, str):
-            raise ValueError(f"controller.static_plan must be a path, got {self.static_plan!r}")
-        if self.policy in REPLAY_POLICIES and not self.replay_from:
-            raise ValueError(
-                f"controller.replay_from must name a finished run directory for policy "
-                f"{self.policy!r}, got {self.replay_from!r}"
-            )
-        if self.replay_from is not None and not isinstance(self.replay_from, str):
-            raise ValueError(f"controller.replay_from must be a path, got {self.replay_from!r}")
+        check_int("controller.warmup_steps", self.warmup_steps, 0)
+        check_int("controller.seed", self.seed)
+        self.options.check(self.policy)
         if seq_len is not None:
             check_int("seq_len", seq_len, 1)
 
     def resolved_windows(self, seq_len: int) -> list[int]:
-        """Candidate windows, ascending and without repeats (index order = width order)."""
-        if self.windows is not None:
-            return sorted({int(w) for w in self.windows})
+        """Candidate windows, ascending and without repeats (index order = width order):
+        the policy's `windows` option, or T/8, T/4, T/2, T."""
+        windows = getattr(self.options, "windows", None)
+        if windows is not None:
+            return sorted({int(w) for w in windows})
         return sorted({max(1, seq_len // d) for d in (8, 4, 2, 1)})
 
     def resolved_fixed_window(self, seq_len: int) -> int:
-        return int(self.fixed_window) if self.fixed_window is not None else max(1, seq_len // 4)
+        fixed = getattr(self.options, "fixed_window", None)
+        return int(fixed) if fixed is not None else max(1, seq_len // 4)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ControllerConfig):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        items = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items())
+        return f"ControllerConfig({items})"

@@ -10,6 +10,7 @@ of the model (replay, replay-shuffled, replay-scattered) in replay.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,6 +20,7 @@ from aah.controller.adaptive import ADAPTIVE_POLICIES, AdaptivePolicy
 from aah.controller.base import BasePolicy
 from aah.controller.budget import BudgetPolicy, ShuffledBudgetPolicy
 from aah.controller.config import REPLAY_POLICIES, ControllerConfig
+from aah.controller.options import RandomOptions, StaticOptions
 from aah.controller.protocol import QKV, Policy
 from aah.controller.replay import ReplayPolicy
 from aah.plan import Plan, WindowPlan, check_plan
@@ -36,7 +38,7 @@ class StaticPolicy(BasePolicy):
     """
 
     def __init__(self, name: str, cfg: ControllerConfig, plan: Plan, **dims: int) -> None:
-        from_start = cfg.windowed_from_start or cfg.warmup_steps == 0
+        from_start = getattr(cfg.options, "windowed_from_start", False) or cfg.warmup_steps == 0
         super().__init__(name, cfg, plan=plan if from_start else None, **dims)
         self._target = [list(row) for row in plan]
 
@@ -69,18 +71,19 @@ class RandomPolicy(StaticPolicy):
         windows = cfg.resolved_windows(dims["seq_len"])
         first = draw_plan(gen, windows, dims["n_layer"], dims["n_head"])
         super().__init__("random", cfg, first, **dims)
+        self.opts = cfg.options_as(RandomOptions)
         self._gen = gen  # the same generator keeps drawing: resampled plans continue its stream
 
     def _draw(self) -> Plan:
         return draw_plan(self._gen, self.windows, self.n_layer, self.n_head)
 
     def wants_update(self, step: int) -> bool:
-        if self.cfg.random_resample:
+        if self.opts.random_resample:
             return self._on_schedule(step)
         return super().wants_update(step)
 
     def update(self, step: int, qkv: QKV | None) -> Plan | None:
-        if self.cfg.random_resample and step > self.cfg.warmup_steps:
+        if self.opts.random_resample and step > self.cfg.warmup_steps:
             self._target = self._draw()
         return super().update(step, qkv)
 
@@ -98,6 +101,41 @@ def draw_plan(gen: torch.Generator, windows: list[int], n_layer: int, n_head: in
     return [[windows[i] for i in row] for row in idx.tolist()]
 
 
+def _static(cfg: ControllerConfig, **dims: int) -> Policy:
+    path = cfg.options_as(StaticOptions).static_plan
+    try:
+        loaded = WindowPlan.load(str(path))
+        if loaded.has_sinks:
+            raise ValueError("the plan has attention sinks, which training does not run")
+        plan = check_plan(loaded.windows, dims["n_layer"], dims["n_head"])
+    except (OSError, ValueError) as err:
+        raise ValueError(f"controller.static_plan {path!r}: {err}") from err
+    return StaticPolicy("static", cfg, plan, **dims)
+
+
+def _everywhere(name: str, window: int, cfg: ControllerConfig, **dims: int) -> Policy:
+    plan = [[window] * dims["n_head"] for _ in range(dims["n_layer"])]
+    return StaticPolicy(name, cfg, plan, **dims)
+
+
+#: policy name -> its builder (cfg, n_layer=, n_head=, n_kv_head=, seq_len=); a new policy is
+#: one class, its options (`options.OPTIONS_OF`) and one line here.
+BUILDERS: dict[str, Callable[..., Policy]] = {
+    "full": lambda cfg, **d: _everywhere("full", d["seq_len"], cfg, **d),
+    "fixed": lambda cfg, **d: _everywhere(
+        "fixed", cfg.resolved_fixed_window(d["seq_len"]), cfg, **d
+    ),
+    "static": _static,
+    "random": RandomPolicy,
+    "budget": BudgetPolicy,
+    "budget-shuffled": ShuffledBudgetPolicy,
+    "loss-ablation": AblationPolicy,
+    "loss-ablation-shuffled": ShuffledAblationPolicy,
+    **dict.fromkeys(REPLAY_POLICIES, ReplayPolicy),
+    **dict.fromkeys(ADAPTIVE_POLICIES, AdaptivePolicy),
+}
+
+
 def make_policy(
     cfg: ControllerConfig, *, n_layer: int, n_head: int, n_kv_head: int, seq_len: int
 ) -> Policy:
@@ -108,33 +146,5 @@ def make_policy(
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     if n_head % n_kv_head != 0:
         raise ValueError(f"n_head ({n_head}) must be a multiple of n_kv_head ({n_kv_head})")
-    dims = {"n_layer": n_layer, "n_head": n_head, "n_kv_head": n_kv_head, "seq_len": seq_len}
-    if cfg.policy == "full":
-        return StaticPolicy("full", cfg, [[seq_len] * n_head for _ in range(n_layer)], **dims)
-    if cfg.policy == "fixed":
-        w = cfg.resolved_fixed_window(seq_len)
-        return StaticPolicy("fixed", cfg, [[w] * n_head for _ in range(n_layer)], **dims)
-    if cfg.policy == "static":
-        try:
-            loaded = WindowPlan.load(str(cfg.static_plan))
-            if loaded.has_sinks:
-                raise ValueError("the plan has attention sinks, which training does not run")
-            plan = check_plan(loaded.windows, n_layer, n_head)
-        except (OSError, ValueError) as err:
-            raise ValueError(f"controller.static_plan {cfg.static_plan!r}: {err}") from err
-        return StaticPolicy("static", cfg, plan, **dims)
-    if cfg.policy == "random":
-        return RandomPolicy(cfg, **dims)
-    if cfg.policy == "budget":
-        return BudgetPolicy(cfg, **dims)
-    if cfg.policy == "budget-shuffled":
-        return ShuffledBudgetPolicy(cfg, **dims)
-    if cfg.policy == "loss-ablation":
-        return AblationPolicy(cfg, **dims)
-    if cfg.policy == "loss-ablation-shuffled":
-        return ShuffledAblationPolicy(cfg, **dims)
-    if cfg.policy in REPLAY_POLICIES:
-        return ReplayPolicy(cfg, **dims)
-    if cfg.policy in ADAPTIVE_POLICIES:
-        return AdaptivePolicy(cfg, **dims)
-    raise ValueError(f"controller.policy: unknown policy {cfg.policy!r}")
+    return BUILDERS[cfg.policy](cfg, n_layer=n_layer, n_head=n_head, n_kv_head=n_kv_head,
+                                seq_len=seq_len)  # fmt: skip

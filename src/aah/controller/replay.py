@@ -30,6 +30,7 @@ import torch
 from aah import records
 from aah.controller.base import BasePolicy
 from aah.controller.config import ControllerConfig
+from aah.controller.options import ReplayOptions
 from aah.controller.protocol import QKV
 from aah.controller.shuffle import draw, permute
 from aah.plan import Plan, check_plan
@@ -82,7 +83,10 @@ class ReplayPolicy(BasePolicy):
 
     def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
         schedule = load_schedule(
-            str(cfg.replay_from), dims["n_layer"], dims["n_head"], dims["seq_len"]
+            str(cfg.options_as(ReplayOptions).replay_from),
+            dims["n_layer"],
+            dims["n_head"],
+            dims["seq_len"],
         )
         # Per layer (shuffled: n_layer permutations of the heads) or one over every head of
         # the model (scattered: flat index layer * n_head + head); None replays as logged.

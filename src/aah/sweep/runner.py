@@ -22,6 +22,7 @@ from pathlib import Path
 
 from aah import records
 from aah.controller.config import REPLAY_POLICIES
+from aah.controller.options import ReplayOptions
 from aah.sweep.cell_process import CELL, LOG, CellProcess
 from aah.sweep.config import Cell, SweepConfig
 from aah.sweep.git_commit import commit_paths
@@ -87,8 +88,8 @@ def check_unchanged(cell: Cell, run_dir: Path) -> None:
 def replay_source(cell: Cell) -> Path | None:
     """The run directory whose plans the cell replays (resolved), or None."""
     ctrl = cell.config.controller
-    if ctrl.policy in REPLAY_POLICIES and ctrl.replay_from:
-        return Path(ctrl.replay_from).resolve()
+    if ctrl.policy in REPLAY_POLICIES and (source := ctrl.options_as(ReplayOptions).replay_from):
+        return Path(source).resolve()
     return None
 
 

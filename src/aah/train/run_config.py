@@ -16,11 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from aah.controller import ControllerConfig
+from aah.controller.config import PolicyName
+from aah.controller.options import option_types
 from aah.data import DataConfig
 from aah.model.config import GPTConfig
 from aah.train.config import TrainConfig
 from aah.train.fields import coerce, field_types
 from aah.train.toml_writer import dumps_toml
+
+
+def controller_types() -> dict[str, Any]:
+    """[controller] key -> type: the fields every policy reads, then every policy's options."""
+    return {"policy": PolicyName, "warmup_steps": int, "seed": int} | option_types()
+
 
 SECTIONS: dict[str, type] = {
     "model": GPTConfig,
@@ -60,7 +68,9 @@ class RunConfig:
                     raise ValueError(f"{dotted} must be a finite number, got {value!r}")
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        out = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS if
+               name != "controller"}  # fmt: skip
+        return out | {"controller": self.controller.to_dict()}
 
     def flat(self) -> dict[str, Any]:
         """{"section.key": value} over every field (the CLI override names)."""
@@ -115,10 +125,14 @@ class RunConfig:
                 f"unknown config key {dotted!r}: use section.key with section one of "
                 f"{', '.join(SECTIONS)}"
             )
-        types = field_types(SECTIONS[section])
+        types = controller_types() if section == "controller" else field_types(SECTIONS[section])
         if key not in types:
             raise ValueError(f"unknown config key {dotted!r}; [{section}] keys: {', '.join(types)}")
-        setattr(getattr(self, section), key, coerce(value, types[key], dotted, from_text=from_text))
+        typed = coerce(value, types[key], dotted, from_text=from_text)
+        if section == "controller":
+            self.controller.set(key, typed)  # routed to the policy's options
+        else:
+            setattr(getattr(self, section), key, typed)
 
     def override(self, pairs: list[tuple[str, str]]) -> RunConfig:
         for dotted, text in pairs:

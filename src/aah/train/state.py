@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from aah.controller import Policy, make_policy
+from aah.controller.options import AblationOptions
 from aah.controller.protocol import ProbesLoss
 from aah.data import BatchLoader, TokenSplits
 from aah.data.loader import spread_windows
@@ -90,7 +91,8 @@ def build_state(
     )
     model.set_window_plan(policy.initial_plan())
     if isinstance(policy, ProbesLoss):  # loss-ablation: calibration windows of the train split
-        calib = spread_windows(splits.train, config.seq_len, config.controller.ablation_windows)
+        n_calib = config.controller.options_as(AblationOptions).ablation_windows
+        calib = spread_windows(splits.train, config.seq_len, n_calib)
         policy.attach_probe(CutProbe(model, calib.to(device), cfg.batch_size))
     optimizer = build_optimizer(model, cfg)
     loader = BatchLoader(
