@@ -12,7 +12,8 @@ from aah.cli.overrides import parse_overrides
 
 EPILOG = """\
 config:
-  --config FILE.toml    sections [model] [train] [data] [controller], keys = dataclass fields
+  --config FILE.toml    sections [model] [train] [data] [controller], keys = config fields
+                        ([controller]: policy, warmup_steps, seed and the policy's options)
   --SECTION.KEY VALUE   override one field, e.g. --model.n_layer 6 --train.max_steps 200
                         --controller.policy budget --controller.windows 128,256,512
 resume:
