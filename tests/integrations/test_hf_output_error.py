@@ -10,6 +10,19 @@ from aah.attention import windowed_attention
 from aah.integrations.hf.output_error import output_error
 
 
+def moved_rows(q, k, v, w_o, window: int, sinks: int) -> torch.Tensor:
+    """(B, Hq, T, E) float64: W_o,h (o_full - o_window) at every row, by the reference
+    backend's windowed attention against SDPA's full causal attention."""
+    hq, d = q.shape[1], q.shape[-1]
+    rep = hq // k.shape[1]
+    full = torch.nn.functional.scaled_dot_product_attention(
+        q.double(), k.double().repeat_interleave(rep, 1), v.double().repeat_interleave(rep, 1),
+        is_causal=True,
+    )  # fmt: skip
+    cut = windowed_attention(q, k, v, [window] * hq, sinks=sinks, backend="reference").double()
+    return torch.einsum("bhtd,ehd->bhte", full - cut, w_o.double().view(-1, hq, d))
+
+
 @pytest.mark.parametrize("sinks", [0, 2])
 def test_output_error_matches_a_full_recompute(sinks: int) -> None:
     gen = torch.Generator().manual_seed(0)
@@ -18,15 +31,8 @@ def test_output_error_matches_a_full_recompute(sinks: int) -> None:
     w_o = torch.randn(e, hq * d, generator=gen)
     candidates = [1, 4, 9, t]
     got = output_error(q, k, v, w_o, candidates, sinks, sample_queries=t)  # every row 1..T-1
-    rep = hq // hkv
-    full = torch.nn.functional.scaled_dot_product_attention(
-        q.double(), k.double().repeat_interleave(rep, 1), v.double().repeat_interleave(rep, 1),
-        is_causal=True,
-    )  # fmt: skip
-    proj = w_o.double().view(e, hq, d)
     for c, w in enumerate(candidates):
-        cut = windowed_attention(q, k, v, [w] * hq, sinks=sinks, backend="reference").double()
-        moved = torch.einsum("bhtd,ehd->bhte", full - cut, proj)[:, :, 1:]
+        moved = moved_rows(q, k, v, w_o, w, sinks)[:, :, 1:]
         want = moved.pow(2).sum(-1).mean(dim=(0, 2))
         torch.testing.assert_close(got[:, c], want, rtol=1e-4, atol=1e-6)
     assert torch.all(got[:, -1] < 1e-8)  # the full window moves nothing
@@ -47,15 +53,8 @@ def test_given_rows_replace_the_sample_and_match_a_recompute_on_those_rows() -> 
     w_o = torch.randn(e, hq * d, generator=gen)
     rows, candidates, sinks = [17, 3, 11], [2, 5, t], 1
     got = output_error(q, k, v, w_o, candidates, sinks, rows=rows)
-    rep = hq // hkv
-    full = torch.nn.functional.scaled_dot_product_attention(
-        q.double(), k.double().repeat_interleave(rep, 1), v.double().repeat_interleave(rep, 1),
-        is_causal=True,
-    )  # fmt: skip
-    proj = w_o.double().view(e, hq, d)
     for c, w in enumerate(candidates):
-        cut = windowed_attention(q, k, v, [w] * hq, sinks=sinks, backend="reference").double()
-        moved = torch.einsum("bhtd,ehd->bhte", full - cut, proj)[0][:, sorted(rows)]
+        moved = moved_rows(q, k, v, w_o, w, sinks)[0][:, sorted(rows)]
         torch.testing.assert_close(got[:, c], moved.pow(2).sum(-1).mean(-1), rtol=1e-4, atol=1e-6)
     for bad in ([], [0], [t]):
         with pytest.raises(ValueError, match="rows must be"):
