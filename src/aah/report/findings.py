@@ -5,6 +5,7 @@ one of the report's tables (comparisons.evidence: one family, one adjusted p per
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from aah.report import comparisons, stats
 from aah.report.markdown import ci_text, fmt, p_text, seeds_text, threads_text
@@ -64,8 +65,29 @@ def _regime_sentence(comp: comparisons.Comparison, ratios: dict[int, float]) -> 
     return sentence
 
 
-def _claim(number: int, claim: str, verdict: str, details: list[str], rule: str) -> str:
-    return f"{number}. *{claim}* — **{verdict}**. {'; '.join(details)}. Rule: {rule}."
+@dataclass(frozen=True)
+class Claim:
+    """One of the paper's findings checked on a suite: its verdict ("holds", "does not hold",
+    "undecided at N seeds", "not testable", "not measured by this suite"), the comparisons it
+    rests on (`comps`: the report's own, one adjusted p each) and the sentences showing them."""
+
+    number: int
+    text: str
+    verdict: str
+    details: tuple[str, ...]
+    rule: str
+    comps: tuple[comparisons.Comparison, ...] = ()
+
+    def render(self) -> str:
+        details = "; ".join(self.details)
+        return f"{self.number}. *{self.text}* — **{self.verdict}**. {details}. Rule: {self.rule}."
+
+
+def _claim(
+    number: int, claim: str, verdict: str, details: list[str], rule: str,
+    comps: list[comparisons.Comparison] | None = None,
+) -> Claim:  # fmt: skip
+    return Claim(number, claim, verdict, tuple(details), rule, tuple(comps or ()))
 
 
 def _cite(c: comparisons.Comparison, name_family: bool = False) -> str:
@@ -74,7 +96,7 @@ def _cite(c: comparisons.Comparison, name_family: bool = False) -> str:
     return f"(Holm p {p_text(c.holm_p)}{where}, {c.verdict})"
 
 
-def _claim_local(suite: Suite, local: list[str], evidence: comparisons.Evidence) -> str:
+def _claim_local(suite: Suite, local: list[str], evidence: comparisons.Evidence) -> Claim:
     text = "local windows (fixed, random, AAH regimes) matched or beat full in val loss"
     declared = comparisons.AGAINST_FULL
     rule = (
@@ -99,10 +121,11 @@ def _claim_local(suite: Suite, local: list[str], evidence: comparisons.Evidence)
         for c in comps
     ]
     details[0] = "Δ val_bpb vs full, mean [95% CI]: " + details[0]
-    return _claim(1, text, _overall(statuses, min(c.pair.n for c in comps)), details, rule)
+    verdict = _overall(statuses, min(c.pair.n for c in comps))
+    return _claim(1, text, verdict, details, rule, comps)
 
 
-def _claim_controls(suite: Suite, aah: list[str], evidence: comparisons.Evidence) -> str:
+def _claim_controls(suite: Suite, aah: list[str], evidence: comparisons.Evidence) -> Claim:
     text = "simple fixed/random controls were about as good as the adaptive hierarchy"
     metric = comparisons.PAPER_CONTROLS_BPB.metric
     rule = (
@@ -132,10 +155,10 @@ def _claim_controls(suite: Suite, aah: list[str], evidence: comparisons.Evidence
     contradicted = any(c.verdict == "lower" for c in comps)
     n = min(c.pair.n for c in comps)
     verdict = "does not hold" if contradicted else f"undecided at {seeds_text(n)}"
-    return _claim(2, text, verdict, details, rule)
+    return _claim(2, text, verdict, details, rule, comps)
 
 
-def _claim_speed(aah: list[str], ratios: dict[str, dict[int, float]]) -> str:
+def _claim_speed(aah: list[str], ratios: dict[str, dict[int, float]]) -> Claim:
     """Not decided from the suite: its cells are timed one after another (or beside other
     cells) on a shared machine, so their tokens/s differ by load as much as by attention work.
     A speed verdict needs timings taken side by side in one process (A B A B), which
@@ -156,9 +179,9 @@ def _claim_speed(aah: list[str], ratios: dict[str, dict[int, float]]) -> str:
     return _claim(3, text, "not measured by this suite", details, rule)
 
 
-def _claims(
+def claims(
     suite: Suite, ratios: dict[str, dict[int, float]], evidence: comparisons.Evidence
-) -> list[str]:
+) -> list[Claim]:
     """The paper's findings (as the paper reports them), each checked against this suite."""
     aah = comparisons.aah_regimes(suite.regimes)  # replay twins are controls, not AAH-v3
     local = [r for r in suite.regimes if r in comparisons.PAPER_CONTROLS] + aah
@@ -203,7 +226,7 @@ def findings(
             f"{comparisons.MIN_SEEDS} seeds.",
         ]
     lines += ["", "The paper's findings (as the paper reports them), checked on this suite:", ""]
-    return [*lines, *_claims(suite, ratios, evidence), ""]
+    return [*lines, *(c.render() for c in claims(suite, ratios, evidence)), ""]
 
 
 def identical_regimes(suite: Suite) -> list[list[str]]:
