@@ -24,8 +24,10 @@ the first P tokens and a continuation of the last T - P. The score is the mean n
   compression_ratio = 1 - f; the continuation is appended uncompressed, so a press ends
   holding f x the prompt's cache plus T - P positions: more than the plans at the end.
 
-Plans: `uniform` (one window + sinks, StreamingLLM's rule) and `output` (greedy on the output
-signal measured on calibration blocks of P tokens), at budget f of the full cache at P.
+Plans: `uniform` (one window + sinks, StreamingLLM's rule), `output` (greedy on the output
+signal measured on calibration blocks of P tokens) and `output+retrieval` (that signal blended
+with the output signal at the answer rows of 16 retrieval prompts built on the same blocks),
+at budget f of the full cache at P.
 `full` runs in both environments on the same token ids (blocks.npz): the two must agree.
 The table pairs every method with `uniform` at its fraction over blocks (95% t-interval, one
 Holm family over the table's comparisons, `aah.bench.pretrained.table`).
@@ -66,7 +68,7 @@ def windows(args: argparse.Namespace) -> None:
     from aah.integrations.hf import applied, layout
     from aah.integrations.hf.allocate import kv_shape
     from aah.integrations.hf.load import load_model
-    from aah.integrations.hf.search import measure_signal
+    from aah.integrations.hf.search import blended, measure_retrieval, measure_signal
 
     t0 = time.time()
     model_dir = args.model or default_model()
@@ -83,6 +85,9 @@ def windows(args: argparse.Namespace) -> None:
     lay, shape = layout(model), kv_shape(model)
     cands = [c for c in candidates(args.prompt, args.prompt // 16)]
     signal = measure_signal(model, calib, cands, "output", seed=args.seed, sinks=args.sinks)
+    retrieval = measure_retrieval(model, calib, cands, tokenizer=tokenizer, seed=args.seed,
+                                  sinks=args.sinks)  # fmt: skip
+    both = blended([signal, retrieval])
     plans: dict[tuple[str, float], object] = {}
     budgets = {}
     for f in args.kv_fractions:
@@ -90,6 +95,7 @@ def windows(args: argparse.Namespace) -> None:
         budgets[f] = budget
         plans[("uniform", f)] = methods.uniform_plan(budget)
         plans[("output", f)] = methods.allocated_plan(signal, cands, budget)
+        plans[("output+retrieval", f)] = methods.allocated_plan(both, cands, budget)
     rows = []
     for (method, f), plan in [(("full", 1.0), None), *plans.items()]:
         losses = []

@@ -169,8 +169,7 @@ def measure_signals(
     """Each named calibration signal (L, Hq, n_windows), measured once and kept in the store:
     "mass" and "output" on the calibration blocks, "retrieval" the output signal at the answer
     rows of retrieval prompts built on them (`hf.retrieval_calib`)."""
-    from aah.integrations.hf.retrieval_calib import retrieval_prompts
-    from aah.integrations.hf.search import measure_signal
+    from aah.integrations.hf.search import measure_retrieval, measure_signal
 
     out = {}
     for name in names:
@@ -180,13 +179,8 @@ def measure_signals(
             t0 = time.time()
             opts = {"seed": args.seed, "sinks": args.sinks, "progress": not args.no_progress}
             if name == "retrieval":
-                prompts = retrieval_prompts(
-                    calib, tokenizer, args.retrieval_prompts, seed=args.seed,
-                    vocab_size=getattr(model.config, "vocab_size", None),
-                )  # fmt: skip
-                batches = [p.ids for p in prompts]
-                value = measure_signal(model, batches, cands, "output",
-                                       query_rows=[p.rows for p in prompts], **opts)  # fmt: skip
+                value = measure_retrieval(model, calib, cands, prompts=args.retrieval_prompts,
+                                          tokenizer=tokenizer, **opts)  # fmt: skip
             else:
                 value = measure_signal(model, calib, cands, name, **opts)
             store.put(key, {"value": value.tolist(), "seconds": time.time() - t0})

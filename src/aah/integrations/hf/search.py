@@ -170,6 +170,27 @@ def blended(signals: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack(parts).sum(0)
 
 
+def measure_retrieval(
+    model: torch.nn.Module,
+    batches: Sequence[torch.Tensor],
+    candidates: Sequence[int],
+    *,
+    prompts: int = 16,
+    tokenizer: Any | None = None,
+    **kw: Any,
+) -> torch.Tensor:
+    """The output signal at the answer rows of `prompts` retrieval prompts built on the
+    calibration blocks (`hf.retrieval_calib`): what cutting each head costs when the model must
+    fetch one fact from far back. `kw` as `measure_signal` (seed, sinks, progress)."""
+    from aah.integrations.hf.retrieval_calib import retrieval_prompts
+
+    blocks = [row.view(1, -1) for batch in batches for row in batch]
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    items = retrieval_prompts(blocks, tokenizer, prompts, seed=kw.get("seed", 0), vocab_size=vocab)
+    return measure_signal(model, [p.ids for p in items], candidates, "output",
+                          query_rows=[p.rows for p in items], **kw)  # fmt: skip
+
+
 def measure_retrieval_blend(
     model: torch.nn.Module,
     batches: Sequence[torch.Tensor],
@@ -180,18 +201,11 @@ def measure_retrieval_blend(
     **kw: Any,
 ) -> torch.Tensor:
     """The "output+retrieval" signal: the output signal of the calibration text `blended` with
-    the output signal at the answer rows of `prompts` retrieval prompts built on the same
-    blocks (`hf.retrieval_calib`), so a head that fetches one fact from far back keeps the
-    context it needs even when running text barely uses it."""
-    from aah.integrations.hf.retrieval_calib import retrieval_prompts
-
+    `measure_retrieval` on the same blocks, so a head that fetches one fact from far back
+    keeps the context it needs even when running text barely uses it."""
     text = measure_signal(model, batches, candidates, "output", **kw)
-    blocks = [row.view(1, -1) for batch in batches for row in batch]
-    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
-    items = retrieval_prompts(blocks, tokenizer, prompts, seed=kw.get("seed", 0), vocab_size=vocab)
-    rows = [p.rows for p in items]
-    retrieval = measure_signal(model, [p.ids for p in items], candidates, "output",
-                               query_rows=rows, **kw)  # fmt: skip
+    retrieval = measure_retrieval(model, batches, candidates, prompts=prompts,
+                                  tokenizer=tokenizer, **kw)  # fmt: skip
     return blended([text, retrieval])
 
 
