@@ -173,9 +173,14 @@ def test_bad_signal_values_are_named(capsys) -> None:
         parser.parse_args(["m", "--text", "t", "--out", "o", "--signal", "gradient"])
     assert "invalid choice: 'gradient'" in capsys.readouterr().err
     assert hf_plan.SIGNALS == searched_plan.SIGNALS
-    with pytest.raises(ValueError, match="one of mass, output, loss, got 'gradient'"):
+    with pytest.raises(
+        ValueError, match=r"one of mass, output, output\+retrieval, loss, got 'gradient'"
+    ):
         search_plan(tiny_model("llama"), ids(), 0.3, signal="gradient")
-    with pytest.raises(ValueError, match="--signal must be one of mass, output, loss, got 'Loss'"):
+    with pytest.raises(
+        ValueError,
+        match=r"--signal must be one of mass, output, output\+retrieval, loss, got 'Loss'",
+    ):
         check_signal_flag("Loss", None)
     with pytest.raises(ValueError, match="--heldout sweeps budgets on the mass signal only"):
         check_signal_flag("loss", "heldout.txt")
@@ -183,7 +188,10 @@ def test_bad_signal_values_are_named(capsys) -> None:
         check_signal_flag("output", "heldout.txt")
     check_signal_flag("loss", None)
     good = json.loads(SearchedPlan([[4]], 0.5, 0.4, [4], "m", 8).to_json())
-    with pytest.raises(ValueError, match="signal must be one of mass, output, loss, got 'entropy'"):
+    with pytest.raises(
+        ValueError,
+        match=r"signal must be one of mass, output, output\+retrieval, loss, got 'entropy'",
+    ):
         SearchedPlan.from_json(json.dumps({**good, "signal": "entropy"}))
     with pytest.raises(ValueError, match="loss_increase must be a finite number, got 'x'"):
         SearchedPlan.from_json(json.dumps({**good, "loss_increase": "x"}))
