@@ -145,3 +145,26 @@ def test_a_corrupt_summary_names_the_file(tmp_path, tiny_corpus, capsys):
     capsys.readouterr()
     assert main(["report", str(run)]) == 2
     one_line_error(capsys, "summary.json")
+
+
+@pytest.mark.parametrize(
+    ("policy", "extra", "named"),
+    [("full", ["--controller.policy", "budget"], "controller.policy"),
+     ("budget", ["--controller.budget", "0.5"], "controller.budget")],
+)  # fmt: skip
+def test_resuming_refuses_a_new_policy_or_option(tmp_path, policy, extra, named) -> None:
+    import argparse
+
+    from aah.cli.train_cmd import resolve_config
+    from aah.train.run_config import RunConfig
+
+    run = tmp_path / "run"
+    run.mkdir()
+    config = RunConfig()
+    config.controller.policy = policy
+    (run / "config.toml").write_text(config.to_toml())
+    args = argparse.Namespace(resume=str(run), config=None)
+    with pytest.raises(ValueError, match=f"cannot change .*{named}"):
+        resolve_config(args, extra)
+    resumed = resolve_config(args, ["--train.max_steps", "7"])  # what a resume may change
+    assert resumed.train.max_steps == 7 and resumed.controller.policy == policy

@@ -78,7 +78,8 @@ def resolve_config(args: argparse.Namespace, extra: list[str]):  # -> RunConfig
         config = RunConfig.from_toml(Path(args.resume) / "config.toml")
         before = config.flat()
         config.override(overrides)
-        changed = sorted(k for k, v in config.flat().items() if before[k] != v)
+        after = config.flat()  # a new policy brings other option keys: compare both key sets
+        changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
         frozen = [k for k in changed if k not in RESUMABLE]
         if frozen:
             raise ValueError(f"cannot change {', '.join(frozen)} when resuming")
