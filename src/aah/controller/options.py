@@ -12,6 +12,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from aah.controller.hierarchy import GroupingRule
 from aah.validate import check_bool, check_choice, check_int, is_int, is_real
 
 #: how a head's context use is measured (aah.controller.head_stats).
@@ -158,12 +159,13 @@ class AdaptiveOptions(SmoothedOptions):
     """
 
     window_ema: float = 0.15
-    group_threshold: float = 0.72
-    upper_threshold: float = 0.76
-    stickiness: float = 0.02
-    min_group_size: int = 3
-    max_depth: int = 4
-    norm_penalty: float = 16.0
+    # the clustering's thresholds: the paper's defaults, defined once in `GroupingRule`
+    group_threshold: float = GroupingRule.group_threshold
+    upper_threshold: float = GroupingRule.upper_threshold
+    stickiness: float = GroupingRule.stickiness
+    min_group_size: int = GroupingRule.min_group_size
+    max_depth: int = GroupingRule.max_depth
+    norm_penalty: float = GroupingRule.norm_penalty
     parent_constraint: bool = True
     joint_scoring: bool = True
     grouping_seed: int | None = None
