@@ -75,7 +75,7 @@ def test_train_help_lists_every_config_field(capsys):
         for name in names:
             assert f"--{section}.{name} " in out
     line = next(x for x in out.splitlines() if "--controller.group_threshold" in x)
-    assert line.split()[1:] == ["float", "0.72", "[aah-v3-full-adaptive*]"]  # and who reads it
+    assert line.split()[1:] == ["float", "0.72", "[aah-v3-full-adaptive*,", "shuffle]"]  # readers
     line = next(x for x in out.splitlines() if "--controller.budget " in x)
     assert line.split()[1:] == ["float", "0.3", "[budget*,", "loss-ablation*]"]
 

@@ -93,9 +93,11 @@ def _drawn(source, name, seed=3):
     policy = _built(source, name, seed)
     plans = [policy.initial_plan()] + [policy.update(s, None) for s in steps[1:]]
     assert [policy.wants_update(s) for s in range(25)] == [s in steps[1:] for s in range(25)]
-    perms = policy.state_dict()["perms"]
-    assert _built(source, name, seed).state_dict()["perms"] == perms  # seeded: the same draw
-    assert _built(source, name, seed + 1).state_dict()["perms"] != perms
+    perms = policy.state_dict()["shuffle"]["perms"]
+    assert (
+        _built(source, name, seed).state_dict()["shuffle"]["perms"] == perms
+    )  # seeded: the same draw
+    assert _built(source, name, seed + 1).state_dict()["shuffle"]["perms"] != perms
     return perms, plans, schedule
 
 

@@ -9,7 +9,7 @@ while every other head keeps full attention. One forward pass per (head, candida
 `loss-ablation` (training time): at every scheduled update, the costs of the model as it
 stands (EMA'd like budget's mass), then the same greedy budgeted allocation as `budget`.
 `loss-ablation-shuffled`, its matched-coverage control: the same windows permuted across the
-heads of each layer at every update.
+heads of each layer at every update (`Shuffled`, built in policies.py).
 
 The controller never touches the model: the loop hands the policy a `LossProbe`, a function
 from a plan to the mean loss under it (aah.eval.cut_probe.CutProbe). A probe that also
@@ -26,12 +26,7 @@ import numpy as np
 import torch
 
 from aah.controller.base import BasePolicy
-from aah.controller.budget import (
-    LayerShuffle,
-    allocate_budget,
-    allocated_plan,
-    allocation_record,
-)
+from aah.controller.budget import allocate_budget, allocated_plan, allocation_record
 from aah.controller.config import ControllerConfig
 from aah.controller.ema import FeatureEMA
 from aah.controller.options import AblationOptions
@@ -112,8 +107,8 @@ def cut_costs(
 class AblationPolicy(BasePolicy):
     """Full attention until the first update, then `allocate_budget` on EMA'd cut costs."""
 
-    def __init__(self, cfg: ControllerConfig, name: str = "loss-ablation", **dims: int) -> None:
-        super().__init__(name, cfg, **dims)
+    def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
+        super().__init__(cfg.policy, cfg, **dims)
         self.opts = cfg.options_as(AblationOptions)
         self._ema = FeatureEMA(self.opts.feature_ema, self.opts.use_feature_ema)
         self._probe: LossProbe | None = None
@@ -148,10 +143,3 @@ class AblationPolicy(BasePolicy):
 
     def _load(self, state: dict) -> None:
         self._ema.load_state_dict(state["cost_ema"])
-
-
-class ShuffledAblationPolicy(LayerShuffle, AblationPolicy):
-    """loss-ablation-shuffled: see the module docstring."""
-
-    def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
-        super().__init__(cfg, "loss-ablation-shuffled", **dims)

@@ -2,8 +2,8 @@
 
 Policies and their regime (aahv3.py): aah-v3-full-adaptive, aah-v3-shallow-freeze,
 aah-v3-deep-reuse, aah-v3-grouping-off, fixed-random-grouping, and shuffle (full-adaptive,
-then each layer's final windows permuted across heads with a seeded permutation, drawn once;
-at every decision with `random_resample`).
+run by its `Shuffled` twin: each layer's windows permuted across heads with a seeded
+permutation, drawn once; at every decision with `random_resample`; policies.py builds it).
 
 Timing. The method decides inside forward s, from that forward's Q/K/V and the attention of
 forward s - 1, and uses the windows at once. Here the loop hands `update(s, qkv)` the Q/K/V
@@ -28,7 +28,6 @@ from aah.controller.hierarchy import GroupingRule
 from aah.controller.options import AdaptiveOptions
 from aah.controller.protocol import QKV
 from aah.controller.scorer import Scorer
-from aah.controller.shuffle import draw, permute
 from aah.plan import Plan
 
 ADAPTIVE_POLICIES: dict[str, str] = {
@@ -39,8 +38,6 @@ ADAPTIVE_POLICIES: dict[str, str] = {
     "fixed-random-grouping": "fixed-random",
     "shuffle": "full-adaptive",
 }
-# Keeps the shuffle draws apart from the controller weights drawn with the same seed.
-AUX_STREAM = 7919
 
 
 def settings_for(cfg: ControllerConfig) -> Settings:
@@ -80,11 +77,6 @@ class AdaptivePolicy(BasePolicy):
         ]
         # Attention statistics of the forward before the next decision, per layer (Hq, 3).
         self._pending: list[torch.Tensor] | None = None
-        self._aux = torch.Generator().manual_seed(cfg.seed + AUX_STREAM)
-        self._perms = self._draw_perms() if cfg.policy == "shuffle" else None
-
-    def _draw_perms(self) -> list[list[int]]:
-        return draw(self._aux, self.n_layer, self.n_head, "layer")
 
     @property
     def layers(self) -> list[LayerController]:
@@ -92,7 +84,8 @@ class AdaptivePolicy(BasePolicy):
         return self._layers
 
     # -- scheduling ------------------------------------------------------------------------
-    def _decides(self, step: int) -> bool:
+    def decides(self, step: int) -> bool:
+        """True at the controller's decisions (the other updates step the window EMA)."""
         return self._layers[0].is_decision(step)
 
     def wants_update(self, step: int) -> bool:
@@ -112,8 +105,8 @@ class AdaptivePolicy(BasePolicy):
         t0 = time.perf_counter()
         if qkv is not None and len(qkv) != self.n_layer:
             raise ValueError(f"expected (q, k, v) for {self.n_layer} layers, got {len(qkv)}")
-        in_force = self._plan
-        decides = self._decides(step)
+        in_force = self.plan_in_force()
+        decides = self.decides(step)
         rows = []
         for layer, ctl in enumerate(self._layers):
             inputs = None
@@ -124,7 +117,7 @@ class AdaptivePolicy(BasePolicy):
                     attn = self._attention((q, k, v), in_force[layer])
                 inputs = LayerInputs(q, k, v, attn)
             rows.append(ctl.forward(step, inputs))
-        if qkv is not None and self._decides(step + 1):
+        if qkv is not None and self.decides(step + 1):
             # This forward's attention, under the plan it ran with, for the next decision.
             self._pending = [self._attention(t, w) for t, w in zip(qkv, in_force, strict=True)]
         elif decides:
@@ -132,10 +125,6 @@ class AdaptivePolicy(BasePolicy):
         self.last_update_seconds = time.perf_counter() - t0
         if rows[0] is None:  # warm-up: full attention stays in force
             return None
-        if self._perms is not None:
-            if decides and self.opts.random_resample:
-                self._perms = self._draw_perms()
-            rows = permute(rows, self._perms, "layer")  # type: ignore[arg-type]
         plan = [[self.windows[i] for i in row] for row in rows]  # type: ignore[union-attr]
         if decides:
             last = [ctl.last for ctl in self._layers]
@@ -164,8 +153,6 @@ class AdaptivePolicy(BasePolicy):
             "scorers": [ctl.scorer.state_dict() for ctl in self._layers],
             "layers": [ctl.state_dict() for ctl in self._layers],
             "pending": self._pending,
-            "perms": self._perms,
-            "aux_rng": self._aux.get_state(),
         }
 
     def _load(self, state: dict) -> None:
@@ -173,5 +160,3 @@ class AdaptivePolicy(BasePolicy):
             ctl.scorer = Scorer.from_state(s)
             ctl.load_state_dict(layer)
         self._pending = state["pending"]
-        self._perms = state["perms"]
-        self._aux.set_state(state["aux_rng"])

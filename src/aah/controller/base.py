@@ -49,6 +49,7 @@ class BasePolicy:
         self.last_update_seconds = 0.0
         self._initial = plan if plan is not None else full_plan(n_layer, n_head, seq_len)
         self._plan: Plan = [list(row) for row in self._initial]
+        self._running: Plan | None = None  # the plan the model runs, when a twin moved ours
         self._groups: list[Any] | None = None
         self._decisions: list[Any] | None = None
         self._extra: dict[str, Any] = {}
@@ -75,6 +76,21 @@ class BasePolicy:
 
     def current_plan(self) -> Plan:
         return [list(row) for row in self._plan]
+
+    def decides(self, step: int) -> bool:
+        """True when the update at `step`, asked before it runs, makes a new decision (a twin
+        that redraws at each decision draws then), False when it only smooths the last one;
+        every update here."""
+        return True
+
+    def run_as(self, plan: Plan) -> None:
+        """Note that the model runs `plan` instead of this policy's own (a `Shuffled` twin
+        permutes it), so that measurements under the plan in force read the real one."""
+        self._running = [list(row) for row in plan]
+
+    def plan_in_force(self) -> Plan:
+        """The plan the model runs: this policy's own, or the one given to `run_as`."""
+        return [list(row) for row in (self._plan if self._running is None else self._running)]
 
     def record(self, step: int) -> dict[str, Any]:
         """One plans.jsonl object for the plan now in force."""

@@ -9,8 +9,9 @@ even all-smallest is over budget it is used anyway and the record says so.
 No window-index EMA here: smoothing indices could break the budget.
 
 budget-shuffled, the matched-coverage control: the same allocation, then each layer's windows
-permuted across its heads with a seeded draw at every update, so every layer's coverage is
-identical to budget's and only which head gets which window differs.
+permuted across its heads with a seeded draw at every update (`Shuffled`, built in
+policies.py), so every layer's coverage is identical to budget's and only which head gets
+which window differs.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from aah.attention import coverage
 from aah.attention.cost import causal_pairs, window_pairs
@@ -30,7 +30,6 @@ from aah.controller.ema import FeatureEMA
 from aah.controller.greedy import greedy, pair_cap
 from aah.controller.options import BudgetOptions
 from aah.controller.protocol import QKV
-from aah.controller.shuffle import shuffled
 from aah.plan import Plan
 
 
@@ -86,8 +85,8 @@ def allocation_record(
 class BudgetPolicy(BasePolicy):
     """Full attention until the first update, then `allocate_budget` on EMA'd mass-beyond-window."""
 
-    def __init__(self, cfg: ControllerConfig, name: str = "budget", **dims: int) -> None:
-        super().__init__(name, cfg, **dims)
+    def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
+        super().__init__(cfg.policy, cfg, **dims)
         self.opts = cfg.options_as(BudgetOptions)
         self._ema = [
             FeatureEMA(self.opts.feature_ema, self.opts.use_feature_ema)
@@ -122,39 +121,3 @@ class BudgetPolicy(BasePolicy):
     def _load(self, state: dict) -> None:
         for ema, s in zip(self._ema, state["mass_ema"], strict=True):
             ema.load_state_dict(s)
-
-
-# Keeps the shuffle draws apart from other seeded draws of the same seed.
-SHUFFLE_STREAM = 104_729
-
-
-class LayerShuffle(BasePolicy):
-    """Mixin for a matched-coverage control: after the parent policy's update, each layer's
-    windows are permuted across its heads with a seeded draw, so every layer's coverage is
-    the parent's and only which head gets which window differs. List it before the parent:
-    `class Control(LayerShuffle, Parent)`."""
-
-    def __init__(self, cfg: ControllerConfig, name: str, **dims: int) -> None:
-        super().__init__(cfg=cfg, name=name, **dims)  # keywords: the parent's own order
-        self._gen = torch.Generator().manual_seed(cfg.seed + SHUFFLE_STREAM)
-
-    def update(self, step: int, qkv: QKV | None) -> Plan:
-        plan = super().update(step, qkv)
-        if plan is None:
-            raise ValueError(f"{self.name}: the policy it shuffles made no plan")
-        self._plan = shuffled(plan, self._gen, "layer")
-        return self.current_plan()
-
-    def _state(self) -> dict:
-        return {**super()._state(), "shuffle_rng": self._gen.get_state()}
-
-    def _load(self, state: dict) -> None:
-        super()._load(state)
-        self._gen.set_state(state["shuffle_rng"])
-
-
-class ShuffledBudgetPolicy(LayerShuffle, BudgetPolicy):
-    """budget-shuffled: see the module docstring."""
-
-    def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
-        super().__init__(cfg, "budget-shuffled", **dims)

@@ -154,8 +154,7 @@ class AdaptiveOptions(SmoothedOptions):
 
     `grouping_seed` (None: the seed) draws fixed-random-grouping's halves; `feature_rows` = 0
     computes the attention features over every row (exact), N > 0 from N sampled rows;
-    `usage`: "last-key" (the method's) or "look-back" (share of reachable context used);
-    `random_resample`: the `shuffle` twin draws a new permutation at every decision.
+    `usage`: "last-key" (the method's) or "look-back" (share of reachable context used).
     """
 
     window_ema: float = 0.15
@@ -171,7 +170,6 @@ class AdaptiveOptions(SmoothedOptions):
     grouping_seed: int | None = None
     feature_rows: int = 0
     usage: Usage = "last-key"
-    random_resample: bool = False
 
     def check(self, policy: str) -> None:
         super().check(policy)
@@ -192,8 +190,20 @@ class AdaptiveOptions(SmoothedOptions):
         if self.grouping_seed is not None:
             check_int("controller.grouping_seed", self.grouping_seed)
         check_choice("controller.usage", self.usage, Usage)
-        for name in ("parent_constraint", "joint_scoring", "random_resample"):
+        for name in ("parent_constraint", "joint_scoring"):
             check_bool(f"controller.{name}", getattr(self, name))
+
+
+@dataclass
+class ShuffleOptions(AdaptiveOptions):
+    """The adaptive controller's options; `random_resample`: the `shuffle` twin draws a new
+    permutation at every decision (otherwise one, drawn once)."""
+
+    random_resample: bool = False
+
+    def check(self, policy: str) -> None:
+        super().check(policy)
+        check_bool("controller.random_resample", self.random_resample)
 
 
 @dataclass
@@ -217,7 +227,7 @@ OPTIONS_OF: dict[str, type[Options]] = {
     "aah-v3-deep-reuse": AdaptiveOptions,
     "aah-v3-grouping-off": AdaptiveOptions,
     "fixed-random-grouping": AdaptiveOptions,
-    "shuffle": AdaptiveOptions,
+    "shuffle": ShuffleOptions,
     "budget": BudgetOptions,
     "budget-shuffled": BudgetOptions,
     "loss-ablation": AblationOptions,

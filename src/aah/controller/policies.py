@@ -2,10 +2,9 @@
 
 full / fixed / static: one plan for the whole run (after the warm-up). random: seeded uniform
 draws from the candidate windows. The adaptive (AAH) family lives in adaptive.py, the
-budgeted allocation and its matched-coverage control (budget-shuffled) in budget.py, the
-allocation by measured loss (loss-ablation, loss-ablation-shuffled) in ablation.py, a finished
-run's plans replayed as they were, permuted within each layer or scattered over every head
-of the model (replay, replay-shuffled, replay-scattered) in replay.py.
+budgeted allocation in budget.py, the allocation by measured loss in ablation.py, a finished
+run's plans replayed as they were in replay.py. Every `-shuffled` twin (and `shuffle` and
+`replay-scattered`) is its policy run by the `Shuffled` wrapper (shuffle.py), built here.
 """
 
 from __future__ import annotations
@@ -15,18 +14,22 @@ from typing import Any
 
 import torch
 
-from aah.controller.ablation import AblationPolicy, ShuffledAblationPolicy
+from aah.controller.ablation import AblationPolicy
 from aah.controller.adaptive import ADAPTIVE_POLICIES, AdaptivePolicy
 from aah.controller.base import BasePolicy
-from aah.controller.budget import BudgetPolicy, ShuffledBudgetPolicy
-from aah.controller.config import REPLAY_POLICIES, ControllerConfig
-from aah.controller.options import RandomOptions, StaticOptions
+from aah.controller.budget import BudgetPolicy
+from aah.controller.config import ControllerConfig
+from aah.controller.options import RandomOptions, ShuffleOptions, StaticOptions
 from aah.controller.protocol import QKV, Policy
 from aah.controller.replay import ReplayPolicy
+from aah.controller.shuffle import Redraw, Scope, Shuffled
 from aah.plan import Plan, WindowPlan, check_plan
 
-# Keeps the random-window stream apart from other seeded draws of the same seed.
+# Keep each seeded stream apart from the others drawn with the same seed: the random windows,
+# the permutations of the allocation and replay twins, and those of the adaptive `shuffle`.
 RANDOM_STREAM = 1_000_003
+TWIN_STREAM = 104_729
+SHUFFLE_STREAM = 7919
 
 
 class StaticPolicy(BasePolicy):
@@ -118,6 +121,23 @@ def _everywhere(name: str, window: int, cfg: ControllerConfig, **dims: int) -> P
     return StaticPolicy(name, cfg, plan, **dims)
 
 
+def _twin(
+    build: Callable[..., BasePolicy], scope: Scope, redraw: Redraw, stream: int = TWIN_STREAM
+) -> Callable[..., Policy]:
+    """The builder of `build`'s `Shuffled` twin."""
+
+    def make(cfg: ControllerConfig, **dims: int) -> Policy:
+        return Shuffled(build(cfg, **dims), scope=scope, redraw=redraw, seed=cfg.seed + stream)
+
+    return make
+
+
+def _shuffle(cfg: ControllerConfig, **dims: int) -> Policy:
+    resample = cfg.options_as(ShuffleOptions).random_resample
+    redraw: Redraw = "every-decision" if resample else "once"
+    return _twin(AdaptivePolicy, "layer", redraw, SHUFFLE_STREAM)(cfg, **dims)
+
+
 #: policy name -> its builder (cfg, n_layer=, n_head=, n_kv_head=, seq_len=); a new policy is
 #: one class, its options (`options.OPTIONS_OF`) and one line here.
 BUILDERS: dict[str, Callable[..., Policy]] = {
@@ -128,11 +148,14 @@ BUILDERS: dict[str, Callable[..., Policy]] = {
     "static": _static,
     "random": RandomPolicy,
     "budget": BudgetPolicy,
-    "budget-shuffled": ShuffledBudgetPolicy,
+    "budget-shuffled": _twin(BudgetPolicy, "layer", "every-decision"),
     "loss-ablation": AblationPolicy,
-    "loss-ablation-shuffled": ShuffledAblationPolicy,
-    **dict.fromkeys(REPLAY_POLICIES, ReplayPolicy),
+    "loss-ablation-shuffled": _twin(AblationPolicy, "layer", "every-decision"),
+    "replay": ReplayPolicy,
+    "replay-shuffled": _twin(ReplayPolicy, "layer", "once"),
+    "replay-scattered": _twin(ReplayPolicy, "model", "once"),
     **dict.fromkeys(ADAPTIVE_POLICIES, AdaptivePolicy),
+    "shuffle": _shuffle,  # overrides the entry above: full-adaptive run by `Shuffled`
 }
 
 

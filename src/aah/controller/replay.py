@@ -16,6 +16,8 @@ with all windows of a plan permuted across every head of every layer by one seed
 permutation, drawn once. The model's coverage and cost match the source's at every step;
 how the context is split between layers does not.
 
+Both twins are `replay` run by a `Shuffled` wrapper (shuffle.py; policies.py builds them).
+
 A record of step s in plans.jsonl is the plan the source set after optimizer step s, in
 force from step s + 1; the step-0 record is the plan of the first step.
 """
@@ -23,20 +25,13 @@ force from step s + 1; the step-0 record is the plan of the first step.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import torch
 
 from aah import records
 from aah.controller.base import BasePolicy
 from aah.controller.config import ControllerConfig
 from aah.controller.options import ReplayOptions
 from aah.controller.protocol import QKV
-from aah.controller.shuffle import draw, permute
 from aah.plan import Plan, check_plan
-
-#: Keeps the replay permutations apart from other draws made with the same seed.
-REPLAY_STREAM = 104_729
 
 
 def load_schedule(run_dir: str, n_layer: int, n_head: int, seq_len: int) -> list[tuple[int, Plan]]:
@@ -79,7 +74,7 @@ def load_schedule(run_dir: str, n_layer: int, n_head: int, seq_len: int) -> list
 
 
 class ReplayPolicy(BasePolicy):
-    """`replay`, `replay-shuffled` or `replay-scattered` (see the module docstring)."""
+    """`replay`: the source's plans at the source's steps (see the module docstring)."""
 
     def __init__(self, cfg: ControllerConfig, **dims: int) -> None:
         schedule = load_schedule(
@@ -88,23 +83,8 @@ class ReplayPolicy(BasePolicy):
             dims["n_head"],
             dims["seq_len"],
         )
-        # Per layer (shuffled: n_layer permutations of the heads) or one over every head of
-        # the model (scattered: flat index layer * n_head + head); None replays as logged.
-        self._perms: list[list[int]] | None = None
-        self._scatter = cfg.policy == "replay-scattered"
-        gen = torch.Generator().manual_seed(cfg.seed + REPLAY_STREAM)
-        n_layer, n_head = dims["n_layer"], dims["n_head"]
-        if cfg.policy == "replay-shuffled":
-            self._perms = draw(gen, n_layer, n_head, "layer")
-        elif self._scatter:
-            self._perms = draw(gen, n_layer, n_head, "model")
-        self._schedule = {step: self._permuted(plan) for step, plan in schedule}
+        self._schedule = dict(schedule)
         super().__init__(cfg.policy, cfg, plan=self._schedule[0], **dims)
-
-    def _permuted(self, plan: Plan) -> Plan:
-        if self._perms is None:
-            return [list(row) for row in plan]
-        return permute(plan, self._perms, "model" if self._scatter else "layer")
 
     def wants_update(self, step: int) -> bool:
         return step in self._schedule and step > 0
@@ -115,13 +95,3 @@ class ReplayPolicy(BasePolicy):
     def update(self, step: int, qkv: QKV | None) -> Plan | None:
         self._plan = [list(row) for row in self._schedule[step]]
         return self.current_plan()
-
-    def _state(self) -> dict[str, Any]:
-        return {"perms": self._perms}
-
-    def _load(self, state: dict[str, Any]) -> None:
-        if state.get("perms") != self._perms:
-            raise ValueError(
-                "the checkpoint's replay permutations differ from this config's "
-                f"({state.get('perms')} vs {self._perms}): resume with the same seed"
-            )
