@@ -82,6 +82,24 @@ def test_a_folder_of_other_settings_is_refused(model_dir, tmp_path) -> None:
     assert main(["--model", str(model_dir), "--out", str(out), "--seq-len", "16", *small]) == 0
     with pytest.raises(ValueError, match="other settings"):
         main(["--model", str(model_dir), "--out", str(out), "--seq-len", "24", *small])
+    with pytest.raises(ValueError, match="other settings"):  # other held-out text
+        main(["--model", str(model_dir), "--out", str(out), "--seq-len", "16", *small,
+              "--heldout-packages", "xml"])  # fmt: skip
+
+
+def test_other_held_out_packages_are_the_blocks_measured(model_dir, tmp_path) -> None:
+    out = tmp_path / "out"
+    args = ["--model", str(model_dir), "--out", str(out), "--seq-len", str(T),
+            "--kv-fractions", "0.5", "--heldout-blocks", "2", "--calib-blocks", "1",
+            "--needle-lengths", "none", "--no-progress", "--methods", "uniform",
+            "--heldout-packages", "xml,urllib"]  # fmt: skip
+    assert main(args) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert result["heldout_packages"] == ["xml", "urllib"]
+    model = tiny_model("llama", max_position_embeddings=256)
+    text = corpus.stdlib_text(("xml", "urllib"))
+    held = corpus.text_blocks(None, text, T, 2, vocab_size=model.config.vocab_size)
+    assert result["full_loss"] == pytest.approx(sum(nll(model, ids) for ids in held) / 2, abs=1e-5)
 
 
 def test_output_plus_retrieval_measures_at_the_answer_rows_and_a_new_needle_seed_is_a_new_grid(
@@ -123,7 +141,9 @@ def test_output_plus_retrieval_measures_at_the_answer_rows_and_a_new_needle_seed
     ("flag", "value", "message"),
     [("--kv-fractions", "0,0.5", "kv-fractions"), ("--kv-fractions", "a", "kv-fractions"),
      ("--methods", "uniform,nope", "nope"),
-     ("--heldout-blocks", "1", "heldout-blocks"), ("--needle-lengths", "8", "needle-lengths")],
+     ("--heldout-blocks", "1", "heldout-blocks"), ("--needle-lengths", "8", "needle-lengths"),
+     ("--heldout-packages", "logging,json", "heldout-packages"),
+     ("--heldout-packages", "logging,nopkg", "nopkg")],
 )  # fmt: skip
 def test_bad_flags_are_named(model_dir, tmp_path, flag: str, value: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):

