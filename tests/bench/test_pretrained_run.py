@@ -13,7 +13,8 @@ pytest.importorskip("transformers")
 
 from hf_models import tiny_model
 
-from aah.bench.pretrained import corpus
+from aah.bench.pretrained import corpus, run
+from aah.bench.pretrained.cells import CellStore
 from aah.bench.pretrained.run import main
 from aah.integrations.hf import applied
 
@@ -134,7 +135,8 @@ def test_output_plus_retrieval_measures_at_the_answer_rows_and_a_new_needle_seed
     cells = [json.loads(line) for line in (out / "cells.jsonl").read_text().splitlines()]
     fresh = {c["key"].split("/")[0] for c in cells if c.get("key", "").startswith("needles")}
     assert fresh - needle_keys == {next(iter(needle_keys)) + "-s5"}  # only the needles reran
-    assert sum(c.get("key", "").startswith("loss/") for c in cells) == 3  # full + two plans
+    whole = [c for c in cells if c.get("key", "").startswith("loss/") and c["key"].count("/") == 1]
+    assert len(whole) == 3  # full + two plans
 
 
 @pytest.mark.parametrize(
@@ -148,3 +150,28 @@ def test_output_plus_retrieval_measures_at_the_answer_rows_and_a_new_needle_seed
 def test_bad_flags_are_named(model_dir, tmp_path, flag: str, value: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         main(["--model", str(model_dir), "--out", str(tmp_path / "o"), flag, value])
+
+
+def test_a_stopped_evaluation_resumes_at_the_item_it_stopped_on(tmp_path, monkeypatch) -> None:
+    import argparse
+    import contextlib
+
+    monkeypatch.setattr(run, "_under", lambda model, plan, sinks: contextlib.nullcontext())
+    args = argparse.Namespace(sinks=4, no_progress=True)
+    plans, items = [None, [[8, 16]]], [1.0, 2.0, 3.0, 4.0]
+    calls: list[tuple[float, int]] = []
+
+    def score(model, item, stop_after=None):
+        if stop_after is not None and len(calls) == stop_after:
+            raise KeyboardInterrupt
+        calls.append(item)
+        return item * 10
+
+    store = CellStore(tmp_path / "cells.jsonl", {"s": 1})
+    with pytest.raises(KeyboardInterrupt):
+        run.evaluate(None, plans, items, lambda m, i: score(m, i, 6), "loss", args, store)
+    assert calls == [1.0, 2.0, 3.0, 4.0, 1.0, 2.0]  # the first plan whole, two of the second
+    store = CellStore(tmp_path / "cells.jsonl", {"s": 1})  # a new process reads the file
+    got = run.evaluate(None, plans, items, score, "loss", args, store)
+    assert calls[6:] == [3.0, 4.0]  # only what was left
+    assert list(got.values()) == [[10.0, 20.0, 30.0, 40.0]] * 2

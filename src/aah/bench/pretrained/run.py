@@ -229,16 +229,21 @@ def _under(model: torch.nn.Module, plan: Any, sinks: int) -> Any:
 
 def evaluate(model, plans, items, score, kind, args, store: CellStore) -> dict[str, list]:
     """`score(model, item)` of every item under every distinct plan (digest -> scores), from
-    the store where on file; one progress bar over the items still to run."""
+    the store where on file; one progress bar over the items still to run. Each item's score
+    is on file as soon as it is measured (`kind/digest/i`), so a stopped run loses at most one
+    forward; the plan's whole cell follows its last item. `seconds`: this run's share."""
     todo = {digest(p, args.sinks): p for p in plans}
     todo = {k: p for k, p in todo.items() if f"{kind}/{k}" not in store}
-    bar = _bar(len(todo) * len(items), kind, args.no_progress)
+    left = sum(f"{kind}/{k}/{i}" not in store for k in todo for i in range(len(items)))
+    bar = _bar(left, kind, args.no_progress)
     for key, plan in todo.items():
-        t0, scores = time.time(), []
+        t0 = time.time()
         with _under(model, plan, args.sinks):
-            for item in items:
-                scores.append(score(model, item))
-                bar.update(1)
+            for i, item in enumerate(items):
+                if f"{kind}/{key}/{i}" not in store:
+                    store.put(f"{kind}/{key}/{i}", score(model, item))
+                    bar.update(1)
+        scores = [store.get(f"{kind}/{key}/{i}") for i in range(len(items))]
         store.put(f"{kind}/{key}", {"scores": scores, "seconds": time.time() - t0})
     bar.close()
     return {k: store.get(f"{kind}/{k}")["scores"] for k in (digest(p, args.sinks) for p in plans)}
@@ -324,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
                                   (args.heldout_packages, args.heldout_blocks, args.heldout_skip))
     )  # fmt: skip
     plans, budgets = all_plans(model, tokenizer, calib, args, store)
-    losses = evaluate(model, [None, *plans.values()], held, corpus.block_loss, "loss", args, store)
+    # full last: the comparisons between plans are on file first if a long run stops
+    losses = evaluate(model, [*plans.values(), None], held, corpus.block_loss, "loss", args, store)
     hits, grids = {}, {}
     if args.needle_lengths:
         hits, grids = needle_results(model, tokenizer, plans, args, store)
