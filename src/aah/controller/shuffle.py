@@ -77,6 +77,7 @@ class Shuffled:
         self._gen = torch.Generator().manual_seed(seed)
         self._perms = self._draw() if redraw == "once" else None
         self._plan = self._permuted(policy.current_plan())
+        self._initial = self._permuted(policy.initial_plan())
         policy.run_as(self._plan)
 
     def __getattr__(self, name: str) -> Any:  # only reached for names not set here
@@ -92,7 +93,7 @@ class Shuffled:
 
     # -- the protocol (aah.controller.protocol.Policy) ------------------------------------
     def initial_plan(self) -> Plan:
-        return self._permuted(self.policy.initial_plan())
+        return [list(row) for row in self._initial]
 
     def current_plan(self) -> Plan:
         return [list(row) for row in self._plan]
@@ -118,7 +119,8 @@ class Shuffled:
         return {**self.policy.record(step), "windows": self.current_plan()}
 
     def state_dict(self) -> dict[str, Any]:
-        shuffle = {"plan": self.current_plan(), "perms": self._perms, "rng": self._gen.get_state()}
+        perms = None if self._perms is None else [list(p) for p in self._perms]
+        shuffle = {"plan": self.current_plan(), "perms": perms, "rng": self._gen.get_state()}
         return {**self.policy.state_dict(), "shuffle": shuffle}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
