@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aah.report.quoted import check_project, quotes, unmatched
+from aah.report.quoted import check_project, holm_quotes, quotes, unmatched
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,3 +33,15 @@ def test_a_quote_matches_its_report_at_the_quoted_digits_only() -> None:
         "1.358 ± 0.013; 0.077 [0.023, 0.131]; -0.07710 [-0.13150, -0.02280]"
     )
     assert unmatched(wrong, report) == wrong  # a digit, a sign, or more digits than printed
+
+
+def test_a_quoted_holm_p_must_be_one_a_report_prints() -> None:
+    report = holm_quotes(
+        "| regime | p | Holm p | verdict |\n|---|---|---|---|\n| `budget` | 0.021 | 0.210 | x |\n"
+        "\nundecided (Holm p 0.68 over the pairs)\n"
+    )
+    assert [q.numbers for q in report] == [("0.210",), ("0.68",)]  # the p column is not read
+    good = holm_quotes("Holm p 0.21; Holm p of 0.210; Holm p 0.68; Holm p < 1e-4")
+    assert len(good) == 3 and unmatched(good, report) == []
+    stale = holm_quotes("Holm p 0.189; Holm p 0.021; Holm p 0.6")
+    assert unmatched(stale, report) == stale

@@ -1,7 +1,8 @@
 """Numbers the docs quote from a report, checked against the report's own text.
 
 The README and docs quote estimates as `mean [low, high]` (a difference with its 95%
-interval) and `mean ± sd`. Each such quote must be what some generated report prints: the
+interval) and `mean ± sd`, and Holm-adjusted p-values as `Holm p 0.21` (in prose, or in a
+table column headed `Holm p`). Each such quote must be what some generated report prints: the
 suite reports (results/REPORT.md), the post-hoc tables (results/posthoc*/posthoc.md) and the
 pretrained tables (results/pretrained/*/table.md), to the digits the quote prints (a report's
 +0.0296 [-0.0329, +0.0922] is quoted correctly as +0.030 [-0.033, +0.092], and not as
@@ -27,6 +28,10 @@ _NUM = r"[+\-−]?\d+\.\d+"
 INTERVAL = re.compile(rf"({_NUM}) (?:\| (?:{_NUM} \| )?)?\[({_NUM}), ({_NUM})\]")
 #: `mean ± sd`
 PLUS_MINUS = re.compile(rf"({_NUM}) ± ({_NUM})")
+#: a Holm-adjusted p in prose: `Holm p 0.21`, `Holm p of 0.44` (not `< 1e-4`: no digits)
+HOLM = re.compile(r"Holm p(?: of)? (\d+\.\d+)")
+#: a number alone in a table cell, bold or not
+CELL_NUMBER = re.compile(r"\**(\d+\.\d+)\**")
 
 #: where the docs' quotes come from, relative to the project root
 REPORT_GLOBS = (
@@ -84,6 +89,28 @@ def quotes(text: str, path: str = "") -> list[Quote]:
     return out
 
 
+def holm_quotes(text: str, path: str = "") -> list[Quote]:
+    """Every Holm-adjusted p in `text` (one-number quotes): in prose, and each plain number in
+    a markdown table column headed `Holm p`."""
+    out = []
+    column: int | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        out += [Quote(path, number, m.group(0), m.groups()) for m in HOLM.finditer(line)]
+        if not line.startswith("|"):
+            column = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if "Holm p" in cells:
+            column = cells.index("Holm p")
+        elif (
+            column is not None
+            and column < len(cells)
+            and (m := CELL_NUMBER.fullmatch(cells[column]))
+        ):
+            out.append(Quote(path, number, cells[column], m.groups()))
+    return out
+
+
 def _same(quoted: Sequence[str], printed: Sequence[str]) -> bool:
     """`quoted` is `printed` rounded to the quote's digits, number by number: the value the
     report printed (itself rounded) and the quote are within half a unit of the quote's last
@@ -116,7 +143,8 @@ def check_project(root: Path) -> list[Quote]:
         found = []
         for pattern in globs:
             for path in sorted(root.glob(pattern)):
-                found += quotes(path.read_text(encoding="utf-8"), str(path.relative_to(root)))
+                text, name = path.read_text(encoding="utf-8"), str(path.relative_to(root))
+                found += quotes(text, name) + holm_quotes(text, name)
         return found
 
     reports = read(REPORT_GLOBS)
