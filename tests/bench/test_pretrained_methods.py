@@ -97,6 +97,14 @@ def test_duo_gives_each_kv_head_recent_or_full_and_picks_the_costliest_to_stream
     plan = plans["duo"]
     assert {w for row in plan for w in row} <= {8, T}
     assert plan[1][2] == T and kv_bytes(plan) <= budget(0.3).kv_bytes
+    # duo-loss: the same split, ranked by the loss signal (another head costly to stream there)
+    loss = torch.zeros_like(signal)
+    loss[2, 0:2, :-1] = 5.0
+    loss[:, :, 0] += 0.1
+    signals = {"output": signal, "suffix-loss": loss}
+    by_loss = methods.build_plans(["duo-loss"], budget(0.3), signals, CANDS, recent=8)["duo-loss"]
+    assert {w for row in by_loss for w in row} <= {8, T}
+    assert by_loss[2][0] == T and by_loss[1][2] == 8 and kv_bytes(by_loss) <= budget(0.3).kv_bytes
 
 
 def test_output_plus_retrieval_weighs_both_signals_alike_whatever_their_scale() -> None:

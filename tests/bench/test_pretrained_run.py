@@ -23,7 +23,8 @@ ARGS = [
     "--seq-len", str(T), "--kv-fractions", "0.3,0.6", "--heldout-blocks", "3",
     "--calib-blocks", "2", "--needle-lengths", "112,160", "--needle-depths", "2",
     "--needles-per-cell", "2", "--no-progress",
-    "--methods", "uniform,output,output-shuffled,mass,duo,random,aah-v3,aah-v3-shuffled",
+    "--methods", "uniform,output,output-shuffled,mass,duo,duo-loss,random,aah-v3,"
+    "aah-v3-shuffled,suffix-loss,suffix-loss-shuffled", "--loss-suffix", "8",
 ]  # fmt: skip
 
 
@@ -49,7 +50,8 @@ def test_every_cell_matches_a_float64_recompute_and_a_rerun_resumes(model_dir, t
     for name in ("table.md", "quality_vs_kv.png", "needles.png"):
         assert (out / name).stat().st_size > 0
     rows = {(r["method"], r["kv_target"]): r for r in result["rows"]}
-    methods = ["uniform", "output", "output-shuffled", "mass", "duo", "random"]
+    methods = ["uniform", "output", "output-shuffled", "mass", "duo", "duo-loss", "random",
+               "suffix-loss", "suffix-loss-shuffled"]  # fmt: skip
     own = next(f for m, f in rows if m == "aah-v3")  # AAH-v3 sets its own KV fraction
     budgeted = {(m, f) for m in methods for f in (0.3, 0.6)}
     assert set(rows) == budgeted | {(m, own) for m in ("uniform", "aah-v3", "aah-v3-shuffled")}

@@ -174,12 +174,15 @@ def test_bad_signal_values_are_named(capsys) -> None:
     assert "invalid choice: 'gradient'" in capsys.readouterr().err
     assert hf_plan.SIGNALS == searched_plan.SIGNALS
     with pytest.raises(
-        ValueError, match=r"one of mass, output, output\+retrieval, loss, got 'gradient'"
+        ValueError,
+        match=r"one of mass, output, output\+retrieval, loss, suffix-loss, "
+        r"got 'gradient'",
     ):
         search_plan(tiny_model("llama"), ids(), 0.3, signal="gradient")
     with pytest.raises(
         ValueError,
-        match=r"--signal must be one of mass, output, output\+retrieval, loss, got 'Loss'",
+        match=r"--signal must be one of mass, output, output\+retrieval, loss, suffix-loss, "
+        r"got 'Loss'",
     ):
         check_signal_flag("Loss", None)
     with pytest.raises(ValueError, match="--heldout sweeps budgets on the mass signal only"):
@@ -190,7 +193,8 @@ def test_bad_signal_values_are_named(capsys) -> None:
     good = json.loads(SearchedPlan([[4]], 0.5, 0.4, [4], "m", 8).to_json())
     with pytest.raises(
         ValueError,
-        match=r"signal must be one of mass, output, output\+retrieval, loss, got 'entropy'",
+        match=r"signal must be one of mass, output, output\+retrieval, loss, suffix-loss, "
+        r"got 'entropy'",
     ):
         SearchedPlan.from_json(json.dumps({**good, "signal": "entropy"}))
     with pytest.raises(ValueError, match="loss_increase must be a finite number, got 'x'"):

@@ -6,6 +6,7 @@ reported as medians, and compared as ratios taken within the same rounds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -76,11 +77,18 @@ def peak_in_subprocess(args: list[str], timeout: float = 600) -> dict:
 
 
 def environment() -> dict:
+    """Versions and threads a figure depends on; transformers' version where it is installed
+    (the HF benchmarks' numbers move with it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     import torch
 
-    return {
+    env = {
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "python": sys.version.split()[0],
     }
+    with contextlib.suppress(PackageNotFoundError):
+        env["transformers"] = version("transformers")
+    return env

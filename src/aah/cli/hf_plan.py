@@ -84,8 +84,15 @@ def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
         "mean next-token loss when one KV head alone is cut to each window, one forward over "
         "the calibration batches per "
         "(KV head, candidate < T), i.e. layers x KV heads x candidates passes: slower, but it "
-        "keeps heads that retrieve rare far tokens, which carry little mean mass",
+        "keeps heads that retrieve rare far tokens, which carry little mean mass; "
+        "'suffix-loss', the same rise over the last --suffix tokens of each block with the "
+        "context before them frozen at full attention (each cut reruns only those tokens: "
+        "~1/16 of 'loss''s time at the default suffix)",
     )
+    parser.add_argument(
+        "--suffix", type=int, metavar="N",
+        help="tokens per block the suffix-loss signal scores (default T/16)",
+    )  # fmt: skip
     parser.add_argument("--out", required=True, metavar="FILE", help="plan JSON to write")
     parser.add_argument("--heatmap", metavar="PNG", help="also write a layer x head heatmap")
     parser.add_argument("--seq-len", type=int, help="calibration length T (default 512)")
@@ -149,6 +156,7 @@ def run_plan_search(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "tokenizer": tokenizer,
         "sinks": args.sinks,
+        "suffix": args.suffix,
     }
     budget, kv_budget = budgets(args)
     plan = search_plan(
@@ -158,7 +166,7 @@ def run_plan_search(args: argparse.Namespace) -> int:
     cap = f"{plan.budget / MB:.3f} KV MB" if kv_budget is not None else f"coverage {plan.budget}"
     expected = (
         f"summed single-KV-head loss rise {plan.loss_increase:.4f} nats"
-        if plan.signal == "loss"
+        if plan.signal in ("loss", "suffix-loss")
         else f"expected lost mass {plan.lost_mass:.4f}"
         if plan.signal == "mass"
         else "allocated on each head's residual-stream change"

@@ -70,6 +70,36 @@ def losses_plan_by_plan(
     return base, losses
 
 
+def single_cuts(
+    n_layer: int,
+    n_unit: int,
+    candidates: Sequence[int],
+    below: int,
+    only: Sequence[tuple[int, int, int]] | None = None,
+) -> list[tuple[int, int, int]]:
+    """Every (layer, unit, candidate index) whose candidate is < `below` (a wider window cuts
+    nothing), layer by layer; only those in `only` when it is given. A unit is a head here and
+    a KV head on a transformers model (`aah.integrations.hf.ablation`)."""
+    wanted = None if only is None else set(only)
+    return [
+        (layer, unit, j)
+        for layer in range(n_layer)
+        for unit in range(n_unit)
+        for j, c in enumerate(candidates)
+        if c < below and (wanted is None or (layer, unit, j) in wanted)
+    ]
+
+
+def monotone_in_window(raw: np.ndarray, candidates: Sequence[int]) -> np.ndarray:
+    """(..., n_candidates) measured loss rises floored at 0, each then raised to the largest
+    value of any wider candidate (a wider window never costs more; this also absorbs noise)."""
+    out = np.maximum(np.asarray(raw, dtype=np.float64), 0.0)
+    order = np.argsort(np.asarray(candidates))
+    # running max from the widest candidate down: cost(w) = max over w' >= w of measured
+    out[..., order] = np.maximum.accumulate(out[..., order][..., ::-1], axis=-1)[..., ::-1]
+    return out
+
+
 def cut_costs(
     probe: LossProbe,
     n_layer: int,
@@ -79,29 +109,19 @@ def cut_costs(
     progress: Callable[[int, int], None] | None = None,
 ) -> np.ndarray:
     """(n_layer, n_head, n_candidates) loss rise (nats, >= 0) when that head alone is cut to
-    each candidate, every other head at full attention. Made non-increasing in the window (a
-    wider window never costs more: each value is raised to that of any wider candidate,
-    which also absorbs noise); candidates >= T cost 0 and take no pass."""
+    each candidate, every other head at full attention, made non-increasing in the window
+    (`monotone_in_window`); candidates >= T cost 0 and take no pass."""
     full = full_plan(n_layer, n_head, seq_len)
-    out = np.zeros((n_layer, n_head, len(candidates)), dtype=np.float64)
-    todo = [
-        (l, h, c)
-        for l in range(n_layer)
-        for h in range(n_head)
-        for c in range(len(candidates))
-        if candidates[c] < seq_len
-    ]
+    raw = np.zeros((n_layer, n_head, len(candidates)), dtype=np.float64)
+    todo = single_cuts(n_layer, n_head, candidates, seq_len)
     cuts = [(l, h, int(candidates[c])) for l, h, c in todo]
     if isinstance(probe, ProbesCuts):
         base, losses = probe.cut_losses(cuts, progress)
     else:
         base, losses = losses_plan_by_plan(probe, full, cuts, progress)
     for (l, h, c), loss in zip(todo, losses, strict=True):
-        out[l, h, c] = max(0.0, loss - base)
-    order = np.argsort(np.asarray(candidates))
-    # running max from the widest candidate down: cost(w) = max over w' >= w of measured
-    out[..., order] = np.maximum.accumulate(out[..., order][..., ::-1], axis=-1)[..., ::-1]
-    return out
+        raw[l, h, c] = loss - base
+    return monotone_in_window(raw, candidates)
 
 
 class AblationPolicy(BasePolicy):

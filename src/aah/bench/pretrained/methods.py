@@ -12,9 +12,13 @@ counted as `PerHeadCache` holds them (`hf.allocate.plan_kv_bytes`):
   the output signal at the answer rows of retrieval calibration prompts
   (`hf.retrieval_calib`), each divided by its total at the smallest candidate so the two
   weigh the same: text loss and fetching one fact from far back, both;
+- `suffix-loss`: the same greedy allocation on the measured loss rise of cutting each KV head
+  alone to each candidate, over the last tokens of calibration blocks whose context stays at
+  full attention (`hf.suffix_loss`): the loss search, at ~1/16 of its cost;
 - `duo`: a DuoAttention-style split: each KV head either full or `recent` + sinks, chosen by
   the output signal restricted to those two windows (DuoAttention learns gates; this ranks the
-  heads by the measured output change of streaming them);
+  heads by the measured output change of streaming them); `duo-loss` the same split ranked
+  by the measured loss rise of streaming each KV head (the `suffix-loss` signal at `recent`);
 - `random`: the same greedy allocation on a seeded random non-increasing signal, a plan that
   fills the budget with no information in it;
 - `aah-v3`: the AAH-v3 controller's first decision (full-adaptive, the paper's windows T/8,
@@ -42,8 +46,8 @@ from aah.plan import Plan
 SHUFFLED = "-shuffled"
 #: per-head method -> the calibration signals it allocates on (`blended` when several)
 SIGNALS_OF = {
-    "output": ("output",), "mass": ("mass",), "duo": ("output",),
-    "output+retrieval": ("output", "retrieval"),
+    "output": ("output",), "mass": ("mass",), "duo": ("output",), "duo-loss": ("suffix-loss",),
+    "output+retrieval": ("output", "retrieval"), "suffix-loss": ("suffix-loss",),
 }  # fmt: skip
 BASE_METHODS = ("full", "uniform", "random")
 #: the budget-free methods: one plan each, at its own KV fraction
@@ -193,11 +197,12 @@ def build_plans(
         elif base == "random":
             shape = (budget.n_layer, budget.n_head, len(cands))
             plan = allocated_plan(random_signal(*shape, seed=seed), cands, budget)
-        elif base == "duo":
+        elif base in ("duo", "duo-loss"):
             if recent not in cands or cands[-1] < budget.seq_len:
-                raise ValueError(f"duo needs {recent} and T={budget.seq_len} among {cands}")
+                raise ValueError(f"{base} needs {recent} and T={budget.seq_len} among {cands}")
             keep = [cands.index(recent), len(cands) - 1]
-            plan = allocated_plan(signals["output"][..., keep], [recent, cands[-1]], budget)
+            signal = signals[SIGNALS_OF[base][0]][..., keep]
+            plan = allocated_plan(signal, [recent, cands[-1]], budget)
         else:
             plan = allocated_plan(blended(signals, SIGNALS_OF[base]), cands, budget)
         if method != base:

@@ -100,6 +100,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=16,
         help="retrieval calibration prompts of output+retrieval (default 16)",
     )
+    p.add_argument(
+        "--loss-suffix",
+        type=int,
+        default=0,
+        help="tokens per calibration block the suffix-loss signal scores (default 0: T/16)",
+    )
+    p.add_argument(
+        "--loss-blocks",
+        type=int,
+        default=0,
+        help="calibration blocks the suffix-loss signal reads, the first ones (default 0: "
+        "2, or --calib-blocks if fewer)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of samples, twins and needles")
     p.add_argument(
         "--needle-seed",
@@ -130,6 +143,7 @@ def check_args(args: argparse.Namespace) -> None:
         ("--needle-depths", args.needle_depths, 1),
         ("--needles-per-cell", args.needles_per_cell, 1),
         ("--retrieval-prompts", args.retrieval_prompts, 1),
+        ("--loss-suffix", args.loss_suffix, 0), ("--loss-blocks", args.loss_blocks, 0),
     ):  # fmt: skip
         if value < low:
             raise ValueError(f"{flag} must be >= {low}, got {value}")
@@ -142,6 +156,14 @@ def check_args(args: argparse.Namespace) -> None:
         )
     corpus.package_files(args.heldout_packages)  # a missing package is named before loading
     args.recent = args.recent or args.seq_len // 16
+    args.loss_suffix = args.loss_suffix or args.seq_len // 16
+    if args.loss_suffix >= args.seq_len:
+        raise ValueError(f"--loss-suffix must be below --seq-len {args.seq_len}, got "
+                         f"{args.loss_suffix}")  # fmt: skip
+    args.loss_blocks = args.loss_blocks or min(2, args.calib_blocks)
+    if args.loss_blocks > args.calib_blocks:
+        raise ValueError(f"--loss-blocks must be <= --calib-blocks {args.calib_blocks}, got "
+                         f"{args.loss_blocks}")  # fmt: skip
     if args.needle_seed is None:
         args.needle_seed = args.seed
     if args.needle_methods == "all":
@@ -182,12 +204,20 @@ def measure_signals(
 ) -> dict[str, torch.Tensor]:
     """Each named calibration signal (L, Hq, n_windows), measured once and kept in the store:
     "mass" and "output" on the calibration blocks, "retrieval" the output signal at the answer
-    rows of retrieval prompts built on them (`hf.retrieval_calib`)."""
+    rows of retrieval prompts built on them (`hf.retrieval_calib`), "suffix-loss" the loss rise
+    over the last --loss-suffix tokens of the first --loss-blocks blocks (`hf.suffix_loss`),
+    split evenly over each KV head's query heads."""
+    from aah.integrations.hf import layout
+    from aah.integrations.hf.ablation import per_query_head
     from aah.integrations.hf.search import measure_retrieval, measure_signal
+    from aah.integrations.hf.suffix_loss import measure_suffix_loss_costs
 
     out = {}
     for name in names:
-        label = f"retrieval-{args.retrieval_prompts}" if name == "retrieval" else name
+        label = {
+            "retrieval": f"retrieval-{args.retrieval_prompts}",
+            "suffix-loss": f"suffix-loss-{args.loss_suffix}x{args.loss_blocks}",
+        }.get(name, name)  # fmt: skip
         key = f"signal/{label}/{','.join(map(str, cands))}"
         if key not in store:
             t0 = time.time()
@@ -195,6 +225,12 @@ def measure_signals(
             if name == "retrieval":
                 value = measure_retrieval(model, calib, cands, prompts=args.retrieval_prompts,
                                           tokenizer=tokenizer, **opts)  # fmt: skip
+            elif name == "suffix-loss":
+                costs = measure_suffix_loss_costs(
+                    model, calib[: args.loss_blocks], cands, suffix=args.loss_suffix,
+                    sinks=args.sinks, progress=not args.no_progress,
+                )  # fmt: skip
+                value = per_query_head(costs, layout(model).n_head)
             else:
                 value = measure_signal(model, calib, cands, name, **opts)
             store.put(key, {"value": value.tolist(), "seconds": time.time() - t0})

@@ -29,6 +29,7 @@ from typing import NamedTuple
 import torch
 from tqdm import tqdm
 
+from aah.controller.ablation import monotone_in_window, single_cuts
 from aah.integrations.hf import applied
 from aah.integrations.hf.allocate import check_candidates
 from aah.integrations.hf.model_layout import decoder_layers, layout
@@ -112,14 +113,7 @@ def loss_increase(
     group = lay.n_head // lay.n_kv_head
     sink_rows = [[sinks] * lay.n_head for _ in range(lay.n_layer)] if sinks else None
     out = torch.zeros(lay.n_layer, lay.n_kv_head, len(cands), dtype=torch.float64)
-    wanted = None if only is None else set(only)
-    todo = [
-        (layer, kv, j)
-        for layer in range(lay.n_layer)
-        for kv in range(lay.n_kv_head)
-        for j, c in enumerate(cands)
-        if c < seq_len and (wanted is None or (layer, kv, j) in wanted)
-    ]
+    todo = single_cuts(lay.n_layer, lay.n_kv_head, cands, seq_len, only)
     full = Imposed([[seq_len] * lay.n_head for _ in range(lay.n_layer)], sink_rows)
     cuts = [
         Imposed(cut_plan(lay.n_layer, lay.n_head, group, seq_len, layer, kv, cands[j]), sink_rows)
@@ -153,9 +147,10 @@ def loss_increase(
 
 def monotone_costs(raw: torch.Tensor) -> torch.Tensor:
     """(..., n_w) over ascending candidates: `raw` floored at 0, then raised to the largest
-    value of any wider candidate (running max from the widest down)."""
-    flipped = raw.clamp(min=0.0).flip(-1)
-    return torch.cummax(flipped, dim=-1).values.flip(-1)
+    value of any wider candidate (`controller.ablation.monotone_in_window`, the rule the
+    project's own GPT is measured by)."""
+    steps = range(raw.shape[-1])
+    return torch.from_numpy(monotone_in_window(raw.detach().cpu().double().numpy(), steps))
 
 
 def measure_loss_costs(

@@ -153,29 +153,32 @@ def suffix_attention(
 ) -> torch.Tensor:
     """(B, Hq, Tq, D): windowed attention of the last Tq slots over Tk >= Tq keys.
 
-    Dense masked scores in float32, grouped under their KV head (K/V never repeated). Every
-    real row sees at least its own key; pad rows (all keys masked) give zeros.
+    A boolean mask per query head (one for all when their windows and sinks agree) over dense
+    scores, in float32, by PyTorch's SDPA (K/V shared by each KV head's query heads, never
+    repeated). Every real row sees at least its
+    own key; pad rows (all keys masked) give zeros.
     """
-    batch, n_q, q_len, dim = q.shape
-    n_kv, k_len = k.shape[1], k.shape[2]
-    group = n_q // n_kv
+    batch, n_q, q_len, _ = q.shape
+    k_len = k.shape[2]
     device = q.device
     slots = query_slots(q_len, k_len, device)
     keys = torch.arange(k_len, device=device)
-    w = torch.tensor(list(windows), device=device).view(1, n_q, 1, 1)
-    s = torch.tensor(list(sinks or [0] * n_q), device=device).view(1, n_q, 1, 1)
+    heads = (list(windows), list(sinks or [0] * n_q))
+    per_head = 1 if all(len(set(h)) == 1 for h in heads) else n_q  # one mask serves all heads
+    w, s = (torch.tensor(h[:per_head], device=device).view(1, per_head, 1, 1) for h in heads)
     pad = pads if pads is not None else torch.zeros(batch, dtype=torch.long, device=device)
     pad = pad.to(device).view(batch, 1, 1, 1)
     # Real positions per row: the window and sinks count from the row's first real token.
     real_query = slots.view(1, 1, q_len, 1) - pad
     real_key = keys.view(1, 1, 1, k_len) - pad
-    allowed = window_allows(real_query, real_key, w, s) & (real_key >= 0)  # (B, Hq, Tq, Tk)
-    qg = q.float().reshape(batch, n_kv, group * q_len, dim)
-    scores = torch.matmul(qg, k.float().transpose(-1, -2)).mul_(scale)
-    scores = scores.view(batch, n_q, q_len, k_len).masked_fill(~allowed, float("-inf"))
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # pad rows see nothing
-    out = torch.matmul(probs.view(batch, n_kv, group * q_len, k_len), v.float())
-    return out.view(batch, n_q, q_len, v.shape[-1]).to(q.dtype)
+    allowed = window_allows(real_query, real_key, w, s) & (real_key >= 0)  # (B, Hq|1, Tq, Tk)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), attn_mask=allowed, scale=scale,
+        enable_gqa=n_q != k.shape[1],
+    )  # fmt: skip
+    if pads is not None:  # pad rows see nothing: zeros, whatever the kernel left there
+        out = torch.where(allowed.any(-1, keepdim=True), out, 0.0)
+    return out.to(q.dtype)
 
 
 def _refuse_unsupported(

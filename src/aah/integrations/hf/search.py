@@ -16,7 +16,9 @@ output projection, how far each window moves the head's contribution to the resi
 (`hf.output_error`), and step 2 allocates on that. With `signal="loss"` step 1 measures
 instead the rise of the calibration loss when each KV head alone is cut to each candidate
 (`hf.ablation`: one forward over the calibration batches per (KV head, candidate < T)), and
-step 2 allocates on those costs in place of the mass.
+step 2 allocates on those costs in place of the mass. `signal="suffix-loss"` measures the same
+rise over the last tokens of each block only, the context before them frozen at full
+attention (`hf.suffix_loss`: each cut reruns those tokens from its layer on, ~1/16 the cost).
 
 Layers with a sliding window of their own (Mistral, Qwen sliding layers) are measured and
 costed in coverage as if full causal (at run time they see min(plan window, sliding window));
@@ -48,6 +50,7 @@ from aah.integrations.hf.data import TextLike, token_batches
 from aah.integrations.hf.mass import mass_beyond_given_sinks
 from aah.integrations.hf.output_error import output_error, output_projection
 from aah.integrations.hf.searched_plan import SIGNALS, SearchedPlan
+from aah.integrations.hf.suffix_loss import measure_suffix_loss_costs
 from aah.validate import check_int
 
 DEFAULT_SEQ_LEN = 512
@@ -305,12 +308,14 @@ def plan_from_loss(
     shape: KVShape,
     sinks: int = 0,
     kv_budget: int | None = None,
+    signal: str = "loss",
 ) -> SearchedPlan:
     """As `plan_from_mass` for a model of `n_head` query heads per layer, on loss costs
-    (L, Hkv, n_w) from `hf.ablation.measure_loss_costs` (non-increasing along the candidates,
-    measured with the same `sinks`) in place of the mass: the same greedy allocation per KV
-    head and budgets. The plan has `signal="loss"`, no `lost_mass`, and `loss_increase`, the
-    summed costs of the chosen windows (nats)."""
+    (L, Hkv, n_w) from `hf.ablation.measure_loss_costs` or
+    `hf.suffix_loss.measure_suffix_loss_costs` (non-increasing along the candidates, measured
+    with the same `sinks`) in place of the mass: the same greedy allocation per KV head and
+    budgets. The plan has that `signal`, no `lost_mass`, and `loss_increase`, the summed costs
+    of the chosen windows (nats)."""
     n_layer, n_kv, _ = costs.shape
     if n_kv != shape.n_kv_head or len(shape.sliding) != n_layer:
         raise ValueError(
@@ -324,7 +329,7 @@ def plan_from_loss(
     return replace(
         plan,
         lost_mass=None,
-        signal="loss",
+        signal=check_signal(signal),
         loss_increase=chosen_cost(costs, plan.windows, plan.candidates),
     )
 
@@ -371,6 +376,7 @@ def search_plan(
     seed: int = 0,
     tokenizer: Any | None = None,
     signal: str = "mass",
+    suffix: int | None = None,
     progress: bool = False,
 ) -> SearchedPlan:
     """Measure mass (or loss costs) on `calib`, then allocate windows per KV head (module
@@ -392,9 +398,12 @@ def search_plan(
             the better allocation on pretrained models, docs/pretrained.md), "output+retrieval"
             (the output signal plus the same at the answer rows of 16 retrieval prompts
             built on the calibration text, equally weighted: keeps the heads that fetch far
-            facts, `measure_retrieval_blend`) or "loss" (the loss rise
+            facts, `measure_retrieval_blend`), "loss" (the loss rise
             of cutting each KV head alone to each window: one pass per (KV head, candidate <
-            T), `hf.ablation`).
+            T), `hf.ablation`) or "suffix-loss" (the same rise over the last `suffix` tokens
+            of each block, the context before them frozen at full attention: each cut reruns
+            only those tokens, `hf.suffix_loss`).
+        suffix: the tokens the "suffix-loss" signal scores per block (default T // 16).
         progress: a progress bar over the calibration passes.
     """
     check_signal(signal)
@@ -417,11 +426,19 @@ def search_plan(
     name, shape = type(model).__name__, kv_shape(model)
     if kv_fraction is not None:
         kv_budget = max(1, int(kv_fraction * full_kv_bytes(shape, layout(model).n_layer, t)))
-    if signal == "loss":
-        costs = measure_loss_costs(model, batches, cands, sinks=sinks, progress=progress)
+    if suffix is not None and signal != "suffix-loss":
+        raise ValueError(f"suffix is for the suffix-loss signal, not {signal!r}")
+    if signal in ("loss", "suffix-loss"):
+        if signal == "loss":
+            costs = measure_loss_costs(model, batches, cands, sinks=sinks, progress=progress)
+        else:
+            costs = measure_suffix_loss_costs(
+                model, batches, cands, suffix=suffix or max(2, t // 16), sinks=sinks,
+                progress=progress,
+            )  # fmt: skip
         return plan_from_loss(
             costs, cands, t, budget, name, n_head=layout(model).n_head, shape=shape,
-            sinks=sinks, kv_budget=kv_budget,
+            sinks=sinks, kv_budget=kv_budget, signal=signal,
         )  # fmt: skip
     opts = {"sample_queries": sample_queries, "seed": seed, "sinks": sinks, "progress": progress}
     if signal == "output+retrieval":
