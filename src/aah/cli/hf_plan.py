@@ -156,12 +156,12 @@ def run_plan_search(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "tokenizer": tokenizer,
         "sinks": args.sinks,
-        "suffix": args.suffix,
     }
     budget, kv_budget = budgets(args)
     plan = search_plan(
-        model, text, budget, kv_budget=kv_budget, signal=args.signal, progress=True, **options
-    )
+        model, text, budget, kv_budget=kv_budget, signal=args.signal, suffix=args.suffix,
+        progress=True, **options,
+    )  # fmt: skip
     plan.save(args.out)
     cap = f"{plan.budget / MB:.3f} KV MB" if kv_budget is not None else f"coverage {plan.budget}"
     expected = (
