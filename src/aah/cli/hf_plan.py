@@ -87,7 +87,7 @@ def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
         "keeps heads that retrieve rare far tokens, which carry little mean mass; "
         "'suffix-loss', the same rise over the last --suffix tokens of each block with the "
         "context before them frozen at full attention (each cut reruns only those tokens: "
-        "~1/16 of 'loss''s time at the default suffix)",
+        "about 1/8 of 'loss''s time at the default suffix)",
     )
     parser.add_argument(
         "--suffix", type=int, metavar="N",

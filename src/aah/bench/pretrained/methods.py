@@ -14,7 +14,7 @@ counted as `PerHeadCache` holds them (`hf.allocate.plan_kv_bytes`):
   weigh the same: text loss and fetching one fact from far back, both;
 - `suffix-loss`: the same greedy allocation on the measured loss rise of cutting each KV head
   alone to each candidate, over the last tokens of calibration blocks whose context stays at
-  full attention (`hf.suffix_loss`): the loss search, at ~1/16 of its cost;
+  full attention (`hf.suffix_loss`): the loss search, at about 1/8 of its cost;
 - `duo`: a DuoAttention-style split: each KV head either full or `recent` + sinks, chosen by
   the output signal restricted to those two windows (DuoAttention learns gates; this ranks the
   heads by the measured output change of streaming them); `duo-loss` the same split ranked

@@ -18,7 +18,7 @@ instead the rise of the calibration loss when each KV head alone is cut to each 
 (`hf.ablation`: one forward over the calibration batches per (KV head, candidate < T)), and
 step 2 allocates on those costs in place of the mass. `signal="suffix-loss"` measures the same
 rise over the last tokens of each block only, the context before them frozen at full
-attention (`hf.suffix_loss`: each cut reruns those tokens from its layer on, ~1/16 the cost).
+attention (`hf.suffix_loss`: each cut reruns those tokens from its layer on; 8x cheaper at T/16).
 
 Layers with a sliding window of their own (Mistral, Qwen sliding layers) are measured and
 costed in coverage as if full causal (at run time they see min(plan window, sliding window));
