@@ -11,20 +11,22 @@
 
 Protocol. The needles are `aah.bench.pretrained.needles.build_needles`'s (the default grid:
 1024 / 2048 / 4096 tokens x 5 depths x a pass key and a fact, seed 0), so the plans' hits are
-read from a bench folder's cells, needle for needle. A press prefills the whole prompt (the
-haystack and the question) inside `with press(model):`, as kvpress's pipeline prefills its
-context, which keeps int(L x (1 - compression_ratio)) positions per KV head and layer; the
-answer is then fed teacher-forced on that cache and the needle counts when every answer token
-is the argmax (greedy decoding's answer, as `needle_hit` decides it). The budget at each
-needle length L is the one the `uniform` plan of KV fraction f at T = 4096 holds there (its
-window plus sinks, capped by L; a fraction of the full cache at L): so StreamingLLM is
-held to the uniform window's bytes on every prompt, and a prompt shorter than the window is
-not compressed at all. `full` runs in both environments and must agree needle for needle.
+read from a bench folder's cells, needle for needle. As kvpress's pipeline does, a press
+prefills the context (the prompt without its question) inside `with press(model):`, which
+keeps int(n x (1 - compression_ratio)) of its n positions per KV head and layer; the question
+and the answer are then fed teacher-forced on that cache, and the needle counts when every
+answer token is the argmax (greedy decoding's answer, as `needle_hit` decides it). The share
+kept at each needle length L is the share of the full cache that the `uniform` plan of KV
+fraction f at T = 4096 holds there (its window plus sinks, capped by L), so StreamingLLM is
+held to about the uniform window's positions on every prompt (the question's few tokens come
+on top), and a prompt shorter than the window is not compressed at all. `full` runs in both
+environments and must agree needle for needle.
 
-The protocols differ in one place: a press computes the prompt at full attention and drops
-positions from the cache only after each layer's prefill, so only the answer reads the
-compressed cache; a window plan limits every prompt row to its window too. Compare each side
-with its own same-rule baseline: `kvpress-streaming` for the presses, `uniform` for the plans.
+The protocols differ in one place: a press computes the context at full attention and drops
+positions from the cache only after each layer's prefill, so only the question and the
+answer read the compressed cache; a window plan limits every context row to its window too.
+Compare each side with its own same-rule baseline: `kvpress-streaming` for the presses,
+`uniform` for the plans.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def digest(prompts: list[list[int]]) -> str:
 
 
 def export(args: argparse.Namespace) -> None:
-    """needles.json: the prompts, answers and each (fraction, length)'s kept share."""
+    """needles.json: the prompts, answers, question lengths and each (fraction, length)'s kept
+    share."""
     from aah.bench.pretrained import methods, needles
     from aah.bench.pretrained.run import default_model
     from aah.integrations.hf import layout
@@ -80,31 +83,51 @@ def export(args: argparse.Namespace) -> None:
     payload = {
         "model": model_dir, "seed": args.seed, "digest": digest(prompts), "keep": keep,
         "needles": [{"kind": n.kind, "length": n.length, "depth": n.depth, "prompt": n.prompt,
-                     "answer": n.answer} for n in items],
+                     "answer": n.answer, "question": question_length(n, tokenizer)}
+                    for n in items],
     }  # fmt: skip
     (out / "needles.json").write_text(json.dumps(payload) + "\n")
     print(json.dumps({"needles": len(items), "keep": keep}))
 
 
+def question_length(needle: Any, tokenizer: Any) -> int:
+    """The number of the prompt's last tokens that are its question (`needles._texts`' wording,
+    tokenised as `build_needles` does)."""
+    from aah.bench.pretrained import needles
+    from aah.integrations.hf.data import encode
+
+    names = needles.NAMES if needle.kind == "fact" else ("",)
+    for name in names:
+        if needle.kind == "fact":
+            text = f" What is the secret city of {name}? The secret city of {name} is"
+        else:
+            text = " What is the pass key? The pass key is"
+        ids = encode(text, tokenizer, None)
+        if needle.prompt[-len(ids) :] == ids:
+            return len(ids)
+    raise ValueError(f"no known question ends the {needle.kind} needle at depth {needle.depth}")
+
+
 @torch.inference_mode()
-def pressed_hit(model: Any, prompt: list[int], answer: list[int], press: Any) -> tuple[bool, int]:
-    """(hit, cache bytes after the prompt): the prompt prefilled under `press` (None: none),
-    the answer teacher-forced on the cache it left."""
+def pressed_hit(
+    model: Any, prompt: list[int], answer: list[int], press: Any, question: int
+) -> tuple[bool, int]:
+    """(hit, cache bytes after the context): the prompt's context (all but its last `question`
+    tokens) prefilled under `press` (None: none), then the question and the answer
+    teacher-forced on the cache it left."""
     from transformers import DynamicCache
 
     from pretrained_peer_kvpress import cache_bytes
 
-    ids = torch.tensor([prompt])
+    context = len(prompt) - question
     cache = DynamicCache()
     with press(model) if press is not None else contextlib.nullcontext():
-        hidden = model.model(input_ids=ids, past_key_values=cache).last_hidden_state
-    logits = [model.lm_head(hidden[:, -1:])]
+        model.model(input_ids=torch.tensor([prompt[:context]]), past_key_values=cache)
     held = cache_bytes(cache)
-    if len(answer) > 1:
-        pos = torch.arange(len(prompt), len(prompt) + len(answer) - 1).unsqueeze(0)
-        rest = torch.tensor([answer[:-1]])
-        logits.append(model(input_ids=rest, past_key_values=cache, position_ids=pos).logits)
-    predicted = torch.cat(logits, dim=1)[0].argmax(-1)
+    rest = prompt[context:] + answer[:-1]
+    pos = torch.arange(context, context + len(rest)).unsqueeze(0)
+    logits = model(input_ids=torch.tensor([rest]), past_key_values=cache, position_ids=pos).logits
+    predicted = logits[0, question - 1 :].argmax(-1)  # the question's last token predicts first
     return bool((predicted == torch.tensor(answer)).all()), held
 
 
@@ -130,7 +153,7 @@ def presses(args: argparse.Namespace) -> None:
     }
     start = time.perf_counter()
     items = saved["needles"]
-    full = [pressed_hit(model, n["prompt"], n["answer"], None) for n in items]
+    full = [pressed_hit(model, n["prompt"], n["answer"], None, n["question"]) for n in items]
     rows = [{"method": "full", "fraction": 1.0, "hits": [h for h, _ in full]}]
     for f in args.kv_fractions:
         for name in PRESSES:
@@ -138,7 +161,8 @@ def presses(args: argparse.Namespace) -> None:
             for n, (full_hit, full_bytes) in zip(items, full, strict=True):
                 ratio = round(1 - saved["keep"][str(f)][str(n["length"])], 6)
                 if ratio > 0:
-                    hit, held = pressed_hit(model, n["prompt"], n["answer"], make[name](ratio))
+                    press = make[name](ratio)
+                    hit, held = pressed_hit(model, n["prompt"], n["answer"], press, n["question"])
                 else:  # nothing to compress: the prompt's whole cache, as full attention
                     hit, held = full_hit, full_bytes
                 hits.append(hit)
@@ -202,10 +226,10 @@ def table(args: argparse.Namespace) -> str:
         "at each needle length, the bytes the `uniform` plan of its KV fraction holds there. "
         f"Full attention: {sum(full)}/{n} here, {sum(peer_full)}/{n} in kvpress's environment "
         f"({agree} of {n} needles agree; kvpress {peer['env']['kvpress']}, transformers "
-        f"{peer['env']['transformers']}). A press computes the prompt at full attention and "
-        "compresses the cache after each layer's prefill, so only the answer reads the "
-        "compressed cache; a plan's windows bind every prompt row too: compare presses with "
-        "`kvpress-streaming` and plans with `uniform`.",
+        f"{peer['env']['transformers']}). A press computes the context at full attention and "
+        "compresses the cache after each layer's prefill, so only the question and the answer "
+        "read the compressed cache; a plan's windows bind every context row too: compare "
+        "presses with `kvpress-streaming` and plans with `uniform`.",
         "",
         "| KV budget | method | kind | needles | lost / gained vs full | exact p |",
         "|---|---|---|---|---|---|",

@@ -41,11 +41,24 @@ def test_an_uncompressed_prefill_then_the_answer_is_needle_hit(model) -> None:
         planted.append(needles.Needle(item.kind, item.length, item.depth, item.prompt,
                                       greedy.tolist()))  # fmt: skip
     planted += items  # and the real answers, which it misses
-    got = [peer.pressed_hit(model, n.prompt, n.answer, None)[0] for n in planted]
+    questions = [peer.question_length(n, None) for n in planted]
+    assert questions[0] == len(b" What is the pass key? The pass key is")
+    assert (
+        questions[1]
+        == len(" What is the secret city of X? The secret city of X is")
+        + 2 * (len(planted[1].prompt) and 0)
+        or questions[1] > 40
+    )  # a fact's question names its person twice
+    got = [peer.pressed_hit(model, n.prompt, n.answer, None, q)[0]
+           for n, q in zip(planted, questions, strict=True)]  # fmt: skip
     assert got == [needles.needle_hit(model, n) for n in planted]
     assert any(got) and not all(got)
-    _, held = peer.pressed_hit(model, planted[0].prompt, planted[0].answer, None)
-    assert held == 2 * 2 * 2 * len(planted[0].prompt) * 16 * 4  # layers, K+V, KV heads, D, fp32
+    first = planted[0]
+    _, held = peer.pressed_hit(model, first.prompt, first.answer, None, questions[0])
+    context = len(first.prompt) - questions[0]
+    assert held == 2 * 2 * 2 * context * 16 * 4  # layers, K+V, KV heads, D, fp32
+    with pytest.raises(ValueError, match="no known question ends the passkey needle"):
+        peer.question_length(needles.Needle("passkey", 3, 0.0, [1, 2, 3], [4]), None)
 
 
 def test_the_table_pairs_bench_hits_with_the_press_file(model, tmp_path, monkeypatch) -> None:

@@ -8,7 +8,15 @@ import json
 
 import pytest
 import torch
-from hf_models import SEARCH_CANDIDATES, SEARCH_SINKS, SEARCH_T, VOCAB, search_ids, tiny_model
+from hf_models import (
+    FAMILIES,
+    SEARCH_CANDIDATES,
+    SEARCH_SINKS,
+    SEARCH_T,
+    VOCAB,
+    search_ids,
+    tiny_model,
+)
 
 pytest.importorskip("transformers")
 
@@ -106,6 +114,17 @@ def test_a_suffix_of_all_but_the_first_row_is_the_exact_loss_signal(model, batch
     mine = suffix_loss_increase(model, batches, CANDIDATES, suffix=T - 1, sinks=SINKS)
     exact = loss_increase(model, batches, CANDIDATES, sinks=SINKS)
     assert exact.abs().max() > 1e-3
+    torch.testing.assert_close(mine, exact * (T - 1) / (T - 2), atol=2e-6, rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_runs_the_cached_suffix_and_agrees_with_the_exact_signal(family) -> None:
+    model = tiny_model(family)
+    batches = [search_ids()]
+    only = [(0, 0, 1), (1, 0, 2)]
+    mine = suffix_loss_increase(model, batches, CANDIDATES, suffix=T - 1, sinks=SINKS, only=only)
+    exact = loss_increase(model, batches, CANDIDATES, sinks=SINKS, only=only)
+    assert exact.abs().max() > 1e-4
     torch.testing.assert_close(mine, exact * (T - 1) / (T - 2), atol=2e-6, rtol=0)
 
 
