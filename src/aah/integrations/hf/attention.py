@@ -155,8 +155,8 @@ def suffix_attention(
 
     A boolean mask per query head (one for all when their windows and sinks agree) over dense
     scores, in float32, by PyTorch's SDPA (K/V shared by each KV head's query heads, never
-    repeated). Every real row sees at least its
-    own key; pad rows (all keys masked) give zeros.
+    repeated). Every real row sees at least its own key; pad rows (all keys masked) give
+    zeros.
     """
     batch, n_q, q_len, _ = q.shape
     k_len = k.shape[2]
