@@ -83,29 +83,11 @@ def export(args: argparse.Namespace) -> None:
     payload = {
         "model": model_dir, "seed": args.seed, "digest": digest(prompts), "keep": keep,
         "needles": [{"kind": n.kind, "length": n.length, "depth": n.depth, "prompt": n.prompt,
-                     "answer": n.answer, "question": question_length(n, tokenizer)}
+                     "answer": n.answer, "question": n.question}
                     for n in items],
     }  # fmt: skip
     (out / "needles.json").write_text(json.dumps(payload) + "\n")
     print(json.dumps({"needles": len(items), "keep": keep}))
-
-
-def question_length(needle: Any, tokenizer: Any) -> int:
-    """The number of the prompt's last tokens that are its question (`needles._texts`' wording,
-    tokenised as `build_needles` does)."""
-    from aah.bench.pretrained import needles
-    from aah.integrations.hf.data import encode
-
-    names = needles.NAMES if needle.kind == "fact" else ("",)
-    for name in names:
-        if needle.kind == "fact":
-            text = f" What is the secret city of {name}? The secret city of {name} is"
-        else:
-            text = " What is the pass key? The pass key is"
-        ids = encode(text, tokenizer, None)
-        if needle.prompt[-len(ids) :] == ids:
-            return len(ids)
-    raise ValueError(f"no known question ends the {needle.kind} needle at depth {needle.depth}")
 
 
 @torch.inference_mode()

@@ -39,9 +39,9 @@ def test_an_uncompressed_prefill_then_the_answer_is_needle_hit(model) -> None:
         with torch.no_grad():
             greedy = model.generate(ids, max_new_tokens=3, do_sample=False)[0, ids.shape[1] :]
         planted.append(needles.Needle(item.kind, item.length, item.depth, item.prompt,
-                                      greedy.tolist()))  # fmt: skip
+                                      greedy.tolist(), item.question))  # fmt: skip
     planted += items  # and the real answers, which it misses
-    questions = [peer.question_length(n, None) for n in planted]
+    questions = [n.question for n in planted]  # build_needles' count of question ids
     assert questions[0] == len(b" What is the pass key? The pass key is")
     assert (
         questions[1]
@@ -57,8 +57,8 @@ def test_an_uncompressed_prefill_then_the_answer_is_needle_hit(model) -> None:
     _, held = peer.pressed_hit(model, first.prompt, first.answer, None, questions[0])
     context = len(first.prompt) - questions[0]
     assert held == 2 * 2 * 2 * context * 16 * 4  # layers, K+V, KV heads, D, fp32
-    with pytest.raises(ValueError, match="no known question ends the passkey needle"):
-        peer.question_length(needles.Needle("passkey", 3, 0.0, [1, 2, 3], [4]), None)
+    for n, q in zip(planted, questions, strict=True):  # the prompt does end in that question
+        assert bytes(n.prompt[-q:]).decode().startswith(" What is the ")
 
 
 def test_the_table_pairs_bench_hits_with_the_press_file(model, tmp_path, monkeypatch) -> None:

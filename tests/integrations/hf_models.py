@@ -145,3 +145,23 @@ def write_gguf(model, path: Path) -> None:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def run_cli_search(tmp_path: Path, *flags: str) -> tuple[Path, Path, Path]:
+    """`aah plan search` on a tiny Llama saved under `tmp_path` and a small code text, with
+    T = 32, 2 batches and the given `flags`; (model folder, text file, plan file) for what
+    the test checks next."""
+    import argparse
+
+    from aah.cli import hf_plan
+
+    model_dir = tmp_path / "model"
+    tiny_model("llama").save_pretrained(model_dir)
+    text = tmp_path / "text.txt"
+    text.write_text("def f(x):\n    return x * 2  # doubles\n" * 12)
+    out = tmp_path / "plan.json"
+    parser = argparse.ArgumentParser()
+    hf_plan.add_plan_search_arguments(parser)
+    argv = [str(model_dir), "--text", str(text), "--out", str(out), "--seq-len", "32"]
+    assert hf_plan.run_plan_search(parser.parse_args([*argv, "--max-batches", "2", *flags])) == 0
+    return model_dir, text, out

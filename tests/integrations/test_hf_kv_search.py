@@ -12,6 +12,7 @@ from hf_models import (
     SEARCH_CANDIDATES,
     SEARCH_SINKS,
     SEARCH_T,
+    run_cli_search,
     search_ids,
     tiny_model,
 )
@@ -195,16 +196,7 @@ def test_budget_flag_checks_name_the_value() -> None:
 
 
 def test_cli_search_by_kv_bytes_with_sinks_then_apply(tmp_path, capsys) -> None:
-    model_dir = tmp_path / "model"
-    tiny_model("llama").save_pretrained(model_dir)
-    text = tmp_path / "text.txt"
-    text.write_text("def f(x):\n    return x * 2  # doubles\n" * 12)
-    out = tmp_path / "plan.json"
-    parser = argparse.ArgumentParser()
-    hf_plan.add_plan_search_arguments(parser)
-    argv = [str(model_dir), "--text", str(text), "--out", str(out), "--seq-len", "32"]
-    argv += ["--budget-kv-mb", "0.004", "--sinks", "2", "--max-batches", "2"]
-    assert hf_plan.run_plan_search(parser.parse_args(argv)) == 0
+    model_dir, text, out = run_cli_search(tmp_path, "--budget-kv-mb", "0.004", "--sinks", "2")
     plan = SearchedPlan.load(out)
     assert plan.budget_unit == "kv_bytes" and plan.budget == int(0.004 * 2**20)
     assert plan.kv_bytes is not None and plan.kv_bytes <= plan.budget

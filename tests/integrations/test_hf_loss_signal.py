@@ -12,6 +12,7 @@ from hf_models import (
     SEARCH_SINKS,
     SEARCH_T,
     VOCAB,
+    run_cli_search,
     search_ids,
     tiny_model,
 )
@@ -136,17 +137,10 @@ def test_plan_from_loss_checks_the_table_shape() -> None:
 
 
 def test_cli_loss_search_writes_a_plan_that_apply_reads(tmp_path, capsys) -> None:
-    model_dir = tmp_path / "model"
-    tiny_model("llama").save_pretrained(model_dir)
-    text = tmp_path / "text.txt"
-    text.write_text("def f(x):\n    return x * 2  # doubles\n" * 12)
-    out = tmp_path / "plan.json"
-    parser = argparse.ArgumentParser()
-    hf_plan.add_plan_search_arguments(parser)
-    argv = [str(model_dir), "--text", str(text), "--out", str(out), "--seq-len", "32"]
-    argv += ["--budget", "0.4", "--sinks", "2", "--max-batches", "2", "--signal", "loss"]
-    argv += ["--candidates", "4,8,16,32"]
-    assert hf_plan.run_plan_search(parser.parse_args(argv)) == 0
+    model_dir, text, out = run_cli_search(
+        tmp_path, "--budget", "0.4", "--sinks", "2", "--signal", "loss",
+        "--candidates", "4,8,16,32",
+    )  # fmt: skip
     plan = SearchedPlan.load(out)
     assert plan.signal == "loss" and plan.lost_mass is None and plan.loss_increase is not None
     assert SearchedPlan.from_json(plan.to_json()) == plan

@@ -3,7 +3,6 @@ the exact loss signal where the two must agree, and through the search and the C
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -14,13 +13,13 @@ from hf_models import (
     SEARCH_SINKS,
     SEARCH_T,
     VOCAB,
+    run_cli_search,
     search_ids,
     tiny_model,
 )
 
 pytest.importorskip("transformers")
 
-from aah.cli import hf_plan
 from aah.integrations import hf
 from aah.integrations.hf.ablation import loss_increase, monotone_costs
 from aah.integrations.hf.allocate import kv_shape
@@ -183,17 +182,10 @@ def test_blocks_of_other_lengths_and_no_blocks_are_refused(model, batches) -> No
 
 
 def test_cli_suffix_loss_search_writes_its_plan(tmp_path, capsys) -> None:
-    model_dir = tmp_path / "model"
-    tiny_model("llama").save_pretrained(model_dir)
-    text = tmp_path / "text.txt"
-    text.write_text("def f(x):\n    return x * 2  # doubles\n" * 12)
-    out = tmp_path / "plan.json"
-    parser = argparse.ArgumentParser()
-    hf_plan.add_plan_search_arguments(parser)
-    argv = [str(model_dir), "--text", str(text), "--out", str(out), "--seq-len", "32"]
-    argv += ["--budget", "0.4", "--sinks", "2", "--max-batches", "2", "--signal", "suffix-loss"]
-    argv += ["--suffix", "8", "--candidates", "4,8,16,32"]
-    assert hf_plan.run_plan_search(parser.parse_args(argv)) == 0
+    _, _, out = run_cli_search(
+        tmp_path, "--budget", "0.4", "--sinks", "2", "--signal", "suffix-loss", "--suffix", "8",
+        "--candidates", "4,8,16,32",
+    )  # fmt: skip
     plan = SearchedPlan.load(out)
     assert plan.signal == "suffix-loss" and plan.loss_increase is not None
     assert plan.coverage <= 0.4

@@ -42,13 +42,15 @@ PANELS_PER_ROW = 4
 @dataclass(frozen=True)
 class Needle:
     """One retrieval prompt: `prompt` has exactly `length` token ids, the needle sentence sits at
-    `depth` of the haystack, and greedy decoding should continue it with `answer` (>= 1 ids)."""
+    `depth` of the haystack, and greedy decoding should continue it with `answer` (>= 1 ids).
+    The prompt's last `question` ids are the question (what a KV press leaves uncompressed)."""
 
     kind: Literal["passkey", "fact"]
     length: int
     depth: float
     prompt: list[int]
     answer: list[int]
+    question: int = 0
 
 
 def _texts(kind: str, keys: Mapping[str, Iterator[Any]]) -> tuple[str, str, str]:
@@ -148,7 +150,7 @@ def build_needles(
                         f"token id {max(prompt + answer)} is outside the vocabulary "
                         f"[0, {vocab_size})"
                     )
-                needles.append(Needle(kind, length, float(depth), prompt, answer))
+                needles.append(Needle(kind, length, float(depth), prompt, answer, len(question)))
     return needles
 
 

@@ -115,6 +115,10 @@ def suffix_loss_increase(
     # a window >= T - 1 keeps every key of every row: nothing to cut
     todo = single_cuts(lay.n_layer, lay.n_kv_head, cands, seq_len - 1, only)
     full = Imposed([[seq_len] * lay.n_head for _ in range(lay.n_layer)], sink_rows)
+    cuts = [
+        Imposed(cut_plan(lay.n_layer, lay.n_head, group, seq_len, layer, kv, cands[j]), sink_rows)
+        for layer, kv, j in todo
+    ]
     layers = decoder_layers(model)
     device = next(model.parameters()).device
     base_nll, cut_nll, count = 0.0, [0.0] * len(todo), 0
@@ -131,9 +135,8 @@ def suffix_loss_increase(
                 with recording(layers) as outputs:
                     base_nll += _suffix_nll(model, tail, prefix)
             count += tail[:, 1:].numel()
-            for i, (layer, kv, j) in enumerate(todo):
-                plan = cut_plan(lay.n_layer, lay.n_head, group, seq_len, layer, kv, cands[j])
-                with applied(model, Imposed(plan, sink_rows)), replaying(layers, outputs, layer):
+            for i, ((layer, _, _), cut) in enumerate(zip(todo, cuts, strict=True)):
+                with applied(model, cut), replaying(layers, outputs, layer):
                     cut_nll[i] += _suffix_nll(model, tail, prefix)
                 bar.update(1)
     bar.close()
