@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 GGUF_SUFFIX = ".gguf"
+# Where `load_model` keeps the tokenizer it loaded with the model, so that `search_plan` and
+# `apply`'s scoring read text with the model's own tokenizer without being handed it again.
+TOKENIZER_ATTR = "_aah_tokenizer"
 INSTALL_LINE = "pip install 'aah-attention[hf]'  (or: pip install gguf accelerate)"
 
 
@@ -92,4 +95,17 @@ def load_model(name: str, device: str = "auto") -> tuple[Any, Any | None]:
     # Without tokenizer files some versions build an empty one from the model type: unusable.
     if tokenizer is not None and not tokenizer.encode("probe text", add_special_tokens=False):
         tokenizer = None
+    tie_tokenizer(model, tokenizer)
     return model, tokenizer
+
+
+def tie_tokenizer(model: Any, tokenizer: Any | None) -> None:
+    """Remember `tokenizer` as `model`'s own (None: the model reads UTF-8 bytes)."""
+    setattr(model, TOKENIZER_ATTR, tokenizer)
+
+
+def resolve_tokenizer(model: Any, tokenizer: Any | None = None) -> Any | None:
+    """`tokenizer` if given, else the one `load_model` tied to `model`, else None."""
+    if tokenizer is not None:
+        return tokenizer
+    return getattr(model, TOKENIZER_ATTR, None)
