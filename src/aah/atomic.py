@@ -5,6 +5,9 @@ fsynced, then `os.replace`d onto the target, and the folder is fsynced so the re
 survives a power cut. A crash at any point leaves either the old file or the new one, never
 a torn mix; the temp file is removed on the way out of a failed write. Concurrent writers
 (several ranks, several hosts on a shared disk) never share a temp file.
+
+`StagedWrites` does the same for the several files of one command (a plan and its heatmap):
+all are written to temps first and renamed onto their targets only once the command succeeded.
 """
 
 from __future__ import annotations
@@ -63,3 +66,58 @@ def _fsync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+class StagedWrites:
+    """Several files that appear together or not at all: `path_for(target)` names a temp file
+    beside `target` (same folder, so the final rename stays on one filesystem; same suffix, so
+    writers that go by the extension still work), `commit()` renames every temp onto its
+    target, `discard()` removes them. As a context manager it commits on success and discards
+    on any exception, so a command that fails half way leaves no output behind.
+
+    Between the first and the last rename of `commit` a crash can still leave some targets
+    replaced; the window is a few renames long instead of the whole command."""
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[Path, Path]] = []
+
+    def path_for(self, target: str | Path) -> Path:
+        target = Path(target)
+        tmp = target.with_name(
+            f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp{target.suffix}"
+        )
+        self._pending.append((tmp, target))
+        return tmp
+
+    def write_text(self, target: str | Path, text: str) -> None:
+        """Stage `text` (UTF-8) for `target`, fsynced now, renamed at `commit`."""
+        tmp = self.path_for(target)
+        with open(tmp, "wb") as handle:
+            handle.write(text.encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def commit(self) -> None:
+        missing = [str(t) for t, _ in self._pending if not t.is_file()]
+        if missing:
+            self.discard()
+            raise FileNotFoundError(f"staged output was never written: {', '.join(missing)}")
+        for tmp, target in self._pending:
+            os.replace(tmp, target)
+        for folder in {target.parent for _, target in self._pending}:
+            _fsync_folder(folder)
+        self._pending.clear()
+
+    def discard(self) -> None:
+        for tmp, _ in self._pending:
+            tmp.unlink(missing_ok=True)
+        self._pending.clear()
+
+    def __enter__(self) -> StagedWrites:
+        return self
+
+    def __exit__(self, kind: object, error: object, trace: object) -> None:
+        if kind is None:
+            self.commit()
+        else:
+            self.discard()

@@ -34,6 +34,10 @@ Plan = list[list[int]]
 
 #: keys of the file format that `WindowPlan` reads itself; the rest go to `info`
 OWN_KEYS = ("windows", "sinks", "seq_len")
+#: what a plan file may be at most: far above any model's (a few [layer][head] tables and a
+#: few keys), far below what would hang or crash the reader
+MAX_FILE_BYTES = 64 * 2**20
+MAX_DEPTH = 8
 
 
 def check_plan(plan: object, n_layer: int | None = None, n_head: int | None = None) -> Plan:
@@ -143,7 +147,7 @@ class WindowPlan:
     @classmethod
     def load(cls, path: str | Path) -> WindowPlan:
         """Read a plan file; ValueError naming the file and what is wrong with it."""
-        data = read_json(str(path), "plan file")
+        data = read_json(str(path), "plan file", max_bytes=MAX_FILE_BYTES, max_depth=MAX_DEPTH)
         try:
             return cls.from_data(data)
         except ValueError as err:

@@ -7,13 +7,20 @@ line naming `what` and the path, never a bare codec message.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 
-def read_utf8(path: str | Path, what: str = "file") -> str:
+def read_utf8(path: str | Path, what: str = "file", *, max_bytes: int | None = None) -> str:
+    """The file's text; with `max_bytes`, a larger file is refused before it is read."""
     path = Path(path)
     try:
+        if max_bytes is not None and path.is_file() and path.stat().st_size > max_bytes:
+            raise ValueError(
+                f"{what} {str(path)!r} holds {path.stat().st_size} bytes, more than the "
+                f"{max_bytes} such a file can need; is it the right file?"
+            )
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ValueError(f"{what} {str(path)!r} does not exist") from None
@@ -28,8 +35,40 @@ def read_utf8(path: str | Path, what: str = "file") -> str:
         raise ValueError(f"{what} {str(path)!r} cannot be read: {err.strerror or err}") from None
 
 
-def read_json(path: str | Path, what: str = "JSON file") -> Any:
+def read_json(
+    path: str | Path,
+    what: str = "JSON file",
+    *,
+    max_bytes: int | None = None,
+    max_depth: int | None = None,
+) -> Any:
+    """The parsed file. `max_bytes` refuses a larger file unread; `max_depth` refuses arrays
+    and objects nested deeper than that before parsing (a file of 100000 `[` would otherwise
+    exhaust the parser's recursion)."""
+    text = read_utf8(path, what, max_bytes=max_bytes)
+    if max_depth is not None and (depth := nesting_depth(text)) > max_depth:
+        raise ValueError(
+            f"{what} {str(path)!r} nests arrays/objects {depth} deep, more than the "
+            f"{max_depth} its format has"
+        )
     try:
-        return json.loads(read_utf8(path, what))
+        return json.loads(text)
     except json.JSONDecodeError as err:
         raise ValueError(f"{what} {str(path)!r} is not valid JSON: {err}") from None
+    except RecursionError:
+        raise ValueError(f"{what} {str(path)!r} nests arrays/objects too deeply to read") from None
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest nesting of [ and { in JSON text, strings skipped (valid or not)."""
+    depth = deepest = 0
+    for char in _STRING.sub("", text):
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest

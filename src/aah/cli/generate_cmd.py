@@ -1,7 +1,12 @@
-"""`aah generate RUN_DIR --prompt TEXT`: stream a run's continuation of a prompt to stdout.
+"""`aah generate RUN_DIR|MODEL --prompt TEXT [--plan FILE]`: stream a continuation of a
+prompt to stdout, then one line on stderr with the KV bytes the per-head cache held against a
+full cache's.
 
-Tokens are bytes; a character may span several tokens, so text is decoded incrementally and
-written as soon as each character is complete (invalid UTF-8 shows as U+FFFD).
+A run directory (a folder with checkpoints/, config.toml or summary.json) generates with its
+own model, its last plan in force or --plan's; its tokens are bytes, and a character may span
+several, so text is decoded incrementally and written as soon as each character is complete
+(invalid UTF-8 shows as U+FFFD). Anything else is a Hugging Face model (a transformers folder,
+a GGUF file or a hub name) and needs --plan (`hf_generate`).
 """
 
 from __future__ import annotations
@@ -10,16 +15,30 @@ import argparse
 import codecs
 import sys
 from collections.abc import Iterable, Iterator
-from typing import TextIO
+from pathlib import Path
+from typing import Any, TextIO
 
 from aah.cli import flags
 
+RUN_MARKERS = ("checkpoints", "config.toml", "summary.json")
+MB = 2**20
+
 
 def add_generate_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory with checkpoints/last.pt")
+    p.add_argument(
+        "target", metavar="RUN_DIR|MODEL",
+        help="a run directory (aah train), or a Hugging Face model: a transformers folder, a "
+        "GGUF file or a hub name (needs aah-attention[hf] and --plan)",
+    )  # fmt: skip
     p.add_argument("--prompt", required=True, help="text to continue (at least one byte)")
+    p.add_argument(
+        "--plan", metavar="FILE",
+        help="a plan file (aah plan search, aah plan export): its windows and sinks; required "
+        "for a Hugging Face model, default for a run its last plan in force",
+    )  # fmt: skip
     p.add_argument("--max-new-tokens", type=int, default=256, metavar="N",
-                   help="bytes to generate (default 256); prompt + N <= max_seq_len")  # fmt: skip
+                   help="tokens to generate (default 256; a run's tokens are bytes); prompt + N "
+                   "<= the model's positions")  # fmt: skip
     p.add_argument("--temperature", type=float, default=1.0,
                    help="sampling temperature, 0 = greedy (default 1.0)")  # fmt: skip
     p.add_argument("--top-k", type=int, default=None, metavar="K", help="sample from the top K")
@@ -27,6 +46,13 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
                    help="sample from the smallest set holding mass P, in (0, 1]")  # fmt: skip
     p.add_argument("--seed", type=int, default=None, help="sampling seed (reproducible)")
     flags.add_device(p)
+    flags.add_threads(p)
+
+
+def is_run_dir(target: str) -> bool:
+    """A folder that `aah train` wrote (or is writing)."""
+    path = Path(target)
+    return path.is_dir() and any((path / marker).exists() for marker in RUN_MARKERS)
 
 
 def utf8_pieces(chunks: Iterable[bytes]) -> Iterator[str]:
@@ -41,24 +67,46 @@ def utf8_pieces(chunks: Iterable[bytes]) -> Iterator[str]:
         yield tail
 
 
-def run_generate(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """Load RUN_DIR's model (its last plan in force) and stream prompt + continuation to
-    `out` (stdout). Bad arguments raise ValueError before anything is printed."""
+def run_generate(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Stream prompt + continuation to `out` (stdout), then the KV line to `err` (stderr): a
+    run directory's model, or a Hugging Face model with --plan. Bad arguments raise
+    ValueError before anything is printed."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    flags.check_threads(args.threads)
+    if not is_run_dir(args.target):
+        from aah.cli.hf_generate import run_hf_generate
+
+        return run_hf_generate(args, out, err)
+    return _run_dir_generate(args, out, err)
+
+
+def _run_dir_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import torch
 
     from aah.data import ByteTokenizer
     from aah.model.generate import stream
     from aah.model.sampling import Sampling
+    from aah.plan import WindowPlan
     from aah.train.distributed import resolve_device
     from aah.train.load import load
 
-    out = sys.stdout if out is None else out
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
     ids = ByteTokenizer().encode(args.prompt)
     if ids.size == 0:
         raise ValueError("--prompt must hold at least one byte, got ''")
+    plan = WindowPlan.load(args.plan) if args.plan is not None else None
     device = resolve_device(args.device, what="--device")
-    model = load(args.run_dir, map_location=device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = load(args.target, map_location=device)
+    if plan is not None:
+        try:
+            model.set_window_plan(plan.windows, plan.sinks)
+        except ValueError as bad:
+            raise ValueError(f"plan file {args.plan!r}: {bad}") from None
     idx = torch.tensor(ids, dtype=torch.long, device=device)[None]  # (1, T)
     tokens = stream(model, idx, args.max_new_tokens, sampling)
     out.write(args.prompt)
@@ -68,4 +116,20 @@ def run_generate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         out.flush()
     out.write("\n")
     out.flush()
+    if args.max_new_tokens > 0:
+        err.write(run_kv_line(model, idx.shape[1] + args.max_new_tokens - 1) + "\n")
     return 0
+
+
+def run_kv_line(model: Any, positions: int) -> str:
+    """The KV bytes the run's cache held after `positions` positions (the last new token is
+    never fed back) against a cache keeping every position of every KV head."""
+    cache = model.make_cache(1, positions)  # its storage is what a full `positions` holds
+    held = cache.reserved_nbytes()
+    cfg = model.config
+    itemsize = model.embed.weight.element_size()
+    full = cfg.n_layer * cfg.n_kv_head * positions * cfg.head_dim * 2 * itemsize
+    return (
+        f"KV cache: {held / MB:.3f} MB held after {positions} positions, of the full cache's "
+        f"{full / MB:.3f} MB (KV share {held / full:.3f}); {held} of {full} bytes"
+    )

@@ -1,4 +1,5 @@
-"""Command logic for `aah plan search` and `aah plan apply` on Hugging Face models.
+"""The arguments of `aah plan search` and `aah plan apply` on Hugging Face models (their run
+logic is in `hf_plan_run`).
 
     aah plan search MODEL_DIR_OR_NAME --budget 0.3 --text calib.txt --out plan.json \
         [--sinks 4] [--heatmap plan.png] [--heldout heldout.txt]
@@ -19,24 +20,25 @@ candidate).
 
 Models load through `hf.load.load_model`: a GGUF file or a folder holding one, or a
 transformers folder, work offline; a hub name needs network access (and is cached by
-huggingface_hub as usual). The tokenizer is loaded from the same place when it has one;
-otherwise text is read as UTF-8 bytes, which only suits models with vocab_size >= 256
-(random test models). Both commands print a human summary and,
-as their last stdout line, one JSON object.
+huggingface_hub as usual). The tokenizer is loaded from the same place; a model without one
+reads text as UTF-8 bytes only when it is byte-level (vocab_size 256..512, random test
+models), and is refused otherwise. Every check that needs no weights runs before they load
+(`plan_checks`, then `hf_checks` on the model's config or GGUF header). Both commands print a
+human summary and, as their last stdout line, one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
-from typing import Any, get_args
+from typing import get_args
 
 from aah.choices import SearchSignal
+from aah.cli import flags
 
 # Only the standard library at import time: the CLI builds its parser without loading torch.
 HUB_NOTE = "a GGUF file, a folder (transformers or one .gguf), or a hub name (needs network)"
 SIGNALS = get_args(SearchSignal)  # from the torch-free leaf: the parser loads no torch
+DEVICE_HELP = "auto (default: CUDA when present, else CPU), cpu, cuda, cuda:N or mps"
 
 
 def _floats(text: str) -> list[float]:
@@ -52,7 +54,8 @@ def _common(p: argparse.ArgumentParser, model_help: str) -> None:
     p.add_argument("--text", required=True, metavar="FILE", help="UTF-8 text file")
     p.add_argument("--batch-size", type=int, default=1, help="blocks per forward pass")
     p.add_argument("--max-batches", type=int, default=8, help="batches of text to use at most")
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, ...")
+    p.add_argument("--device", default="auto", metavar="D", help=DEVICE_HELP)
+    flags.add_threads(p)
 
 
 def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,7 +98,11 @@ def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--out", required=True, metavar="FILE", help="plan JSON to write")
     parser.add_argument("--heatmap", metavar="PNG", help="also write a layer x head heatmap")
-    parser.add_argument("--seq-len", type=int, help="calibration length T (default 512)")
+    parser.add_argument(
+        "--seq-len", type=int,
+        help="calibration length T (default 512, or the model's positions if fewer); the text "
+        "must give at least T tokens",
+    )  # fmt: skip
     parser.add_argument(
         "--candidates", type=_ints, help="comma-separated windows (default T/32..T)"
     )
@@ -114,17 +121,13 @@ def add_plan_apply_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `aah plan apply`."""
     _common(parser, f"model to evaluate: {HUB_NOTE}")
     parser.add_argument("--plan", required=True, metavar="FILE", help="plan JSON (plan search)")
-    parser.add_argument("--seq-len", type=int, help="block length (default: the plan's seq_len)")
+    parser.add_argument(
+        "--seq-len", type=int,
+        help="block length (default: the plan's seq_len, else 512 or the model's positions)",
+    )  # fmt: skip
     parser.add_argument(
         "--backend", default="auto", help="windowed attention backend (auto, grouped, flex, ...)"
     )
-
-
-def _read(path: str) -> str:
-    file = Path(path)
-    if not file.is_file():
-        raise ValueError(f"text file {path!r} does not exist")
-    return file.read_text(encoding="utf-8")
 
 
 DEFAULT_BUDGET = 0.3
@@ -139,104 +142,16 @@ def budgets(args: argparse.Namespace) -> tuple[float | None, int | None]:
 
 
 def run_plan_search(args: argparse.Namespace) -> int:
-    """Search a plan, write it (and a heatmap); with --heldout also print a budget sweep."""
-    from aah.integrations.hf.load import load_model
-    from aah.integrations.hf.search import search_plan
-    from aah.integrations.hf.sweep import budget_sweep, sweep_json, sweep_table
-    from aah.report.plan_heatmap import save_heatmap
+    """Search a plan; with --heldout also print a budget sweep; then write the plan (and the
+    heatmap) together, only once everything succeeded."""
+    from aah.cli.hf_plan_run import search
 
-    text = _read(args.text)
-    model, tokenizer = load_model(args.model, args.device)
-    options = {
-        "seq_len": args.seq_len,
-        "candidates": args.candidates,
-        "batch_size": args.batch_size,
-        "max_batches": args.max_batches,
-        "sample_queries": args.sample_queries,
-        "seed": args.seed,
-        "tokenizer": tokenizer,
-        "sinks": args.sinks,
-    }
-    budget, kv_budget = budgets(args)
-    plan = search_plan(
-        model, text, budget, kv_budget=kv_budget, signal=args.signal, suffix=args.suffix,
-        progress=True, **options,
-    )  # fmt: skip
-    plan.save(args.out)
-    cap = f"{plan.budget / MB:.3f} KV MB" if kv_budget is not None else f"coverage {plan.budget}"
-    expected = (
-        f"summed single-KV-head loss rise {plan.loss_increase:.4f} nats"
-        if plan.signal in ("loss", "suffix-loss")
-        else f"expected lost mass {plan.lost_mass:.4f}"
-        if plan.signal == "mass"
-        else "allocated on each head's residual-stream change"
-    )
-    print(
-        f"plan for {plan.model} (one window per KV head, {args.sinks} sinks, {plan.signal} "
-        f"signal): budget {cap}, causal coverage {plan.coverage:.4f} and KV "
-        f"{(plan.kv_bytes or 0) / MB:.3f} MB per sequence at T={plan.seq_len}, {expected} "
-        f"-> {args.out}"
-    )
-    for layer, row in enumerate(plan.windows):
-        print(f"  layer {layer:3d}: {' '.join(str(w) for w in row)}")
-    if args.heatmap:
-        save_heatmap(plan, args.heatmap, title=f"{plan.model}, budget {plan.budget}")
-        print(f"heatmap -> {args.heatmap}")
-    summary: dict[str, Any] = {
-        "out": args.out,
-        "budget": plan.budget,
-        "budget_unit": plan.budget_unit,
-        "coverage": plan.coverage,
-        "kv_bytes": plan.kv_bytes,
-        "sinks": args.sinks,
-        "signal": plan.signal,
-    }
-    if args.heldout:
-        rows = budget_sweep(model, text, _read(args.heldout), args.sweep_budgets, **options)
-        print(sweep_table(rows))
-        summary["sweep"] = json.loads(sweep_json(rows))["rows"]
-    print(json.dumps(summary))
-    return 0
+    return search(args)
 
 
 def run_plan_apply(args: argparse.Namespace) -> int:
     """Print held-out perplexity of the model without and with the plan (and its sinks), with
     the plan's causal coverage and per-head cache KV bytes at the block length."""
-    from aah.attention import coverage
-    from aah.integrations.hf import applied
-    from aah.integrations.hf.allocate import full_kv_bytes, kv_shape, plan_kv_bytes
-    from aah.integrations.hf.load import load_model
-    from aah.integrations.hf.search import calibration_batches
-    from aah.integrations.hf.sweep import perplexity
-    from aah.plan import WindowPlan
+    from aah.cli.hf_plan_run import apply
 
-    text = _read(args.text)
-    if not Path(args.plan).is_file():
-        raise ValueError(f"plan file {args.plan!r} does not exist")
-    plan = WindowPlan.load(args.plan)  # any plan file: a search's, a benchmark's, an export
-    model, tokenizer = load_model(args.model, args.device)
-    batches = calibration_batches(
-        model,
-        text,
-        seq_len=args.seq_len or plan.seq_len,
-        batch_size=args.batch_size,
-        max_batches=args.max_batches,
-        tokenizer=tokenizer,
-    )
-    t = batches[0].shape[1]
-    base = perplexity(model, batches)
-    with applied(model, plan, backend=args.backend):
-        planned = perplexity(model, batches)
-    cov = coverage(plan.windows, t, plan.sinks).causal
-    shape = kv_shape(model)
-    kv, full = (
-        plan_kv_bytes(plan.windows, plan.sinks, shape, t),
-        full_kv_bytes(shape, len(plan.windows), t),
-    )
-    print(f"perplexity without plan: {base:.4f}")
-    print(f"perplexity with plan:    {planned:.4f} ({100 * (planned / base - 1):+.3f}%)")
-    print(f"causal coverage at T={t}: {cov:.4f}")
-    print(f"KV cache per sequence at T={t}: {kv / MB:.3f} MB ({kv / full:.3f} of the full cache)")
-    result = {"ppl_full": base, "ppl_plan": planned, "coverage": cov, "seq_len": t}
-    print(json.dumps({**result, "kv_bytes": kv, "kv_bytes_full": full}))
-    return 0
+    return apply(args)

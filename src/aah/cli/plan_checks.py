@@ -1,9 +1,12 @@
 """Checks of `aah plan search|apply` arguments that run before any model is loaded, so a
-typo costs a second, not a whole search."""
+typo costs a second, not a whole search. These need neither torch nor the model; the checks
+against the model's shape follow in `hf_checks`, still before it loads."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 from pathlib import Path
 
 from aah.textfile import read_utf8
@@ -27,33 +30,87 @@ def check_model(name: str) -> None:
 
 
 def check_output(path: str, flag: str) -> None:
-    """`path` can be written: its folder exists and it is not itself a folder."""
+    """`path` can be written: its folder exists and is writable, and it is not a folder or a
+    read-only file."""
     out = Path(path).expanduser()
     parent = out.parent
     if out.is_dir():
         raise ValueError(f"{flag} {path!r} is a directory; give a file name")
     if not parent.is_dir():
         raise ValueError(f"{flag} {path!r}: folder {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path!r}: folder {str(parent)!r} is not writable")
+    if out.exists() and not os.access(out, os.W_OK):
+        raise ValueError(f"{flag} {path!r} exists and is not writable")
+
+
+def read_text(path: str, flag: str) -> str:
+    """The UTF-8 text of `path`, which must hold something besides whitespace."""
+    text = read_utf8(path, f"{flag} file")
+    if not text.strip():
+        raise ValueError(f"{flag} file {path!r} is empty: give a text to read")
+    return text
+
+
+def check_counts(args: argparse.Namespace) -> None:
+    """Every count flag of `plan search|apply` in its range."""
+    for flag in ("batch_size", "max_batches", "sample_queries"):
+        value = getattr(args, flag, 1)
+        if value < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    if args.seq_len is not None and args.seq_len < 2:
+        raise ValueError(
+            f"--seq-len must be >= 2 (a token and the next one to predict), got {args.seq_len}"
+        )
+    if args.threads < 0:
+        raise ValueError(f"--threads must be >= 0 (0 = torch's default), got {args.threads}")
 
 
 def check_plan_arguments(args: argparse.Namespace) -> None:
     """ValueError naming the first bad argument of `plan search` or `plan apply`."""
-    for flag in ("batch_size", "max_batches"):
-        value = getattr(args, flag)
-        if value < 1:
-            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    check_counts(args)
     check_model(args.model)
-    read_utf8(args.text, "--text file")
+    read_text(args.text, "--text")
     if args.action == "search":
         check_budget_flags(args.budget, args.budget_kv_mb, args.sinks)
         check_output(args.out, "--out")
         if args.heatmap:
-            check_output(args.heatmap, "--heatmap")
+            check_heatmap(args.heatmap, args.out)
         if args.heldout:
-            read_utf8(args.heldout, "--heldout file")
+            read_text(args.heldout, "--heldout")
         check_signal_flag(args.signal, args.heldout)
+        check_suffix(args.suffix, args.signal, args.seq_len)
+        if args.candidates is not None:
+            check_candidate_flag(args.candidates)
     else:
         read_utf8(args.plan, "--plan file")
+
+
+def check_heatmap(path: str, out: str) -> None:
+    """--heatmap can be written, is not --out, and matplotlib is there to draw it."""
+    check_output(path, "--heatmap")
+    if Path(path).expanduser().resolve() == Path(out).expanduser().resolve():
+        raise ValueError(f"--heatmap {path!r} is the --out file; give another name")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ValueError("--heatmap needs matplotlib: pip install matplotlib")
+
+
+def check_suffix(suffix: int | None, signal: str, seq_len: int | None) -> None:
+    """--suffix is for the suffix-loss signal, and leaves a context before it."""
+    if suffix is None:
+        return
+    if signal != "suffix-loss":
+        raise ValueError(f"--suffix is for --signal suffix-loss, not {signal!r}")
+    if suffix < 1 or (seq_len is not None and suffix >= seq_len):
+        raise ValueError(f"--suffix must be in [1, --seq-len), got {suffix}")
+
+
+def check_candidate_flag(candidates: list[int]) -> None:
+    if not candidates or any(c < 1 for c in candidates) or sorted(set(candidates)) != candidates:
+        text = ",".join(map(str, candidates))
+        raise ValueError(
+            f"--candidates must be distinct ints >= 1 in ascending order, got {text!r}"
+        )
 
 
 def check_budget_flags(budget: float | None, kv_mb: float | None, sinks: int) -> None:

@@ -68,6 +68,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             return run_action(args)
         except OSError as err:  # e.g. a hub name that cannot be fetched, a full disk
             raise ValueError((str(err).strip() or repr(err)).splitlines()[0]) from None
+        except ImportError as err:  # a package the command needs, named with its install line
+            raise ValueError(str(err).splitlines()[0]) from None
     from aah.plan import WindowPlan
 
     run_dir = Path(args.run_dir)

@@ -134,8 +134,12 @@ class PerHeadCache(Cache):
     def __init__(self, model: torch.nn.Module, max_cache_len: int | None = None) -> None:
         lay = layout(model)
         config = model.config
-        limit = max_cache_len or getattr(config, "max_position_embeddings", None)
-        if not isinstance(limit, int) or limit < 1:
+        limit = (
+            getattr(config, "max_position_embeddings", None)
+            if max_cache_len is None
+            else max_cache_len
+        )
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"max_cache_len must be an int >= 1, got {max_cache_len!r}")
         self.max_cache_len = limit
         self.windows, self.sinks = [], []
@@ -193,6 +197,12 @@ class PerHeadCache(Cache):
                 "were never read); call aah.integrations.hf.apply(model, plan)"
             )
         seen, n_new = self.layers[layer].seen, k.shape[2]
+        if seen + n_new > self.max_cache_len:
+            raise ValueError(
+                f"PerHeadCache: {seen + n_new} positions exceed max_cache_len="
+                f"{self.max_cache_len}; build the cache with max_cache_len >= prompt length + "
+                "max_new_tokens"
+            )
         if seen == 0:
             if layer == 0:
                 self.store = self._build(k, position_ids)

@@ -1,28 +1,39 @@
 """Calibration and held-out text as (B, T) token batches for a Hugging Face model.
 
 Accepted inputs: a string or list of strings (tokenised with `tokenizer`, or as UTF-8 bytes
-when there is none: a stand-in that needs vocab_size >= 256 and is meant for tests and random
-models), a list of token-id lists, or a LongTensor (N, T) / (T,). Everything is joined into
-one token stream and cut into blocks of `seq_len` (a shorter stream gives one shorter block).
+when there is none, which only a byte-level model can read: vocab_size in [256, 512], e.g. the
+tiny random models of tests), a list of token-id lists, or a LongTensor (N, T) / (T,).
+Everything is joined into one token stream (at least 2 tokens: one to predict from) and cut
+into blocks of `seq_len`; a shorter stream gives one shorter block, with a warning.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 TextLike = str | Sequence[str] | Sequence[Sequence[int]] | torch.Tensor
+#: the vocabularies text read as UTF-8 bytes suits: the 256 byte values and a few specials
+BYTE_VOCAB = range(256, 513)
 
 
 def encode(text: str, tokenizer: Any | None, vocab_size: int | None) -> list[int]:
-    """Token ids of one string: `tokenizer.encode` without special tokens, else UTF-8 bytes."""
+    """Token ids of one string: `tokenizer.encode` without special tokens, else UTF-8 bytes
+    (only for a byte-level model, see the module docstring; ValueError otherwise)."""
     if tokenizer is None:
-        if vocab_size is not None and vocab_size < 256:
+        if vocab_size is not None and vocab_size < BYTE_VOCAB.start:
             raise ValueError(
                 f"text without a tokenizer is read as bytes, which needs vocab_size >= 256 "
                 f"(the model has {vocab_size}); pass a tokenizer or token ids"
+            )
+        if vocab_size is not None and vocab_size not in BYTE_VOCAB:
+            raise ValueError(
+                f"text needs the model's tokenizer: read as UTF-8 bytes it would be ids 0-255 "
+                f"of a {vocab_size}-token vocabulary; pass tokenizer=, load the model with "
+                "aah.integrations.hf.load_model (which keeps its tokenizer), or pass token ids"
             )
         return list(text.encode("utf-8"))
     try:
@@ -50,8 +61,11 @@ def token_stream(
                 ids.extend(encode(item, tokenizer, vocab_size))
             else:
                 ids.extend(int(t) for t in item)
-    if not ids:
-        raise ValueError("calibration/held-out data is empty")
+    if len(ids) < 2:
+        raise ValueError(
+            f"calibration/held-out data gives {len(ids)} token{'s' * (len(ids) != 1)}; at least "
+            "2 are needed (one to predict the next from)"
+        )
     if vocab_size is not None and (min(ids) < 0 or max(ids) >= vocab_size):
         raise ValueError(f"token ids must lie in [0, {vocab_size}), got {min(ids)}..{max(ids)}")
     return ids
@@ -71,6 +85,11 @@ def token_batches(
         raise ValueError(f"seq_len and batch_size must be >= 1, got {seq_len}, {batch_size}")
     ids = torch.tensor(token_stream(data, tokenizer, vocab_size), dtype=torch.long)
     t = min(seq_len, ids.numel())
+    if t < seq_len:
+        warnings.warn(
+            f"the data gives {t} tokens, fewer than seq_len {seq_len}: one block of {t} tokens",
+            stacklevel=2,
+        )
     blocks = ids[: ids.numel() // t * t].view(-1, t)
     batches = list(torch.split(blocks, batch_size))
     return batches if max_batches is None else batches[:max_batches]

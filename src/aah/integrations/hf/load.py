@@ -14,6 +14,7 @@ with several GGUF files and no config.json is ambiguous and refused with the nam
 from __future__ import annotations
 
 import importlib.util
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,29 +66,66 @@ def require_gguf_support() -> None:
         )
 
 
+def resolve_device(name: str, what: str = "device") -> Any:
+    """`name` as a torch.device: "auto" (CUDA when present, else CPU), "cpu", "cuda",
+    "cuda:N" or "mps"; ValueError naming `what` (the argument or flag) and the value when it
+    is none of these or the machine lacks it (checked before a model is loaded)."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"{what} must be auto, cpu, cuda, cuda:N or mps, got {name!r}")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(
+                f"{what} {name!r}: this machine has no CUDA device (torch {torch.__version__}); "
+                "use cpu or auto"
+            )
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"{what} {name!r}: there are {count} CUDA devices (0..{count - 1})")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{what} {name!r}: MPS is not available here; use cpu or auto")
+    return device
+
+
 def load_model(name: str, device: str = "auto") -> tuple[Any, Any | None]:
     """(model in eval mode on `device`, tokenizer or None when the source has none).
 
-    Without a usable tokenizer, text is read as UTF-8 bytes (`hf.data`), which suits only
-    models with vocab_size >= 256 (random test models)."""
-    import torch
+    The tokenizer is tied to the model (`tie_tokenizer`), so `search_plan` and the scoring
+    functions read text with it without being handed it again. Without one, text is read as
+    UTF-8 bytes, which only a byte-level model (vocab_size 256..512) accepts (`hf.data`).
 
+    Raises:
+        ValueError: a bad or absent device; a GGUF file that is empty, truncated or not GGUF,
+            or a model whose files fail to load (the message names the file or folder).
+    """
     from aah.integrations.hf.model_layout import require_transformers
 
     require_transformers()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    target = resolve_device(device)
     source = resolve_source(name)
     extra: dict[str, Any] = {}
     if source.gguf_file is not None:
         require_gguf_support()
+        from aah.integrations.hf.gguf_file import read_gguf_header
+
+        read_gguf_header(Path(source.location) / source.gguf_file)  # whole, before 20 s of loading
         extra["gguf_file"] = source.gguf_file
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = AutoModelForCausalLM.from_pretrained(
-        source.location, attn_implementation="sdpa", **extra
-    )
-    model = model.to(device).eval()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            source.location, attn_implementation="sdpa", **extra
+        )
+    except LOAD_ERRORS as err:
+        raise ValueError(f"{_described(source)} could not be loaded: {_first_line(err)}") from err
+    model = model.to(target).eval()
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.location, **extra)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):  # none: bytes stand-in
@@ -97,6 +135,22 @@ def load_model(name: str, device: str = "auto") -> tuple[Any, Any | None]:
         tokenizer = None
     tie_tokenizer(model, tokenizer)
     return model, tokenizer
+
+
+#: what a damaged or foreign model file raises inside transformers' loaders (a truncated
+#: safetensors header, a reshape of a short tensor, an mmap of an empty file, ...)
+LOAD_ERRORS = (ValueError, RuntimeError, struct.error, EOFError, IndexError, KeyError)
+
+
+def _described(source: ModelSource) -> str:
+    if source.gguf_file is not None:
+        return f"GGUF file {str(Path(source.location) / source.gguf_file)!r}"
+    return f"model {source.location!r}"
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return f"{type(err).__name__}: {text.splitlines()[0][:300]}"
 
 
 def tie_tokenizer(model: Any, tokenizer: Any | None) -> None:

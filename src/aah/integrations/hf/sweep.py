@@ -21,6 +21,7 @@ from aah.integrations.hf import applied
 from aah.integrations.hf.ablation import mean_loss
 from aah.integrations.hf.allocate import check_candidates, kv_shape
 from aah.integrations.hf.data import TextLike
+from aah.integrations.hf.load import resolve_tokenizer
 from aah.integrations.hf.search import (
     calibration_batches,
     default_candidates,
@@ -67,7 +68,9 @@ def budget_sweep(
     sinks: int = 0,
 ) -> list[SweepRow]:
     """One row per coverage budget (module docstring), every plan with `sinks` sinks per head
-    and one window per KV head; the model is left as it was."""
+    and one window per KV head; the model is left as it was. Text is read with `tokenizer`,
+    else the one `load_model` tied to the model (`hf.load.resolve_tokenizer`)."""
+    tokenizer = resolve_tokenizer(model, tokenizer)
     kw = {"batch_size": batch_size, "max_batches": max_batches, "tokenizer": tokenizer}
     calib_batches = calibration_batches(model, calib, seq_len=seq_len, **kw)
     t = calib_batches[0].shape[1]

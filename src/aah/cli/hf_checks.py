@@ -1,0 +1,178 @@
+"""Checks of the Hugging Face commands against the model: once before it loads, from its files
+(`hf.model_preview`: config.json or the GGUF header, a fraction of a second), and once after,
+exactly, before any forward pass. A request no model could serve (T beyond the positions, a
+text shorter than T, a budget below the smallest plan or at the full cache, sinks >= T, a plan
+of another shape) costs a second, not a load and a search.
+
+The preview's numbers are the ones `load_model` will produce, except a hub name (nothing to
+read: only the model-free checks run before loading) and the per-layer sliding windows of a
+config (taken as every layer's, which can only lower the smallest plan's cost: never a false
+refusal); the checks after loading use the model itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from aah.integrations.hf.allocate import KVShape, plan_kv_bytes
+from aah.integrations.hf.data import BYTE_VOCAB
+
+DEFAULT_SEQ_LEN = 512
+MB = 2**20
+
+
+@dataclass(frozen=True)
+class ModelLimits:
+    """What the checks need to know of a model: its plan shape, the KV bytes a plan costs
+    (`kv`), the shape to price the all-full plan with (`kv_full`: the model's own after
+    loading; before, without sliding windows, an upper bound), positions, vocabulary and
+    whether it has a tokenizer (None: not known)."""
+
+    n_layer: int
+    n_head: int
+    kv: KVShape
+    kv_full: KVShape
+    max_positions: int | None
+    vocab_size: int | None
+    has_tokenizer: bool | None
+
+
+def preview_limits(name: str) -> ModelLimits | None:
+    """The limits of a local model read from its files; None for a hub name."""
+    from aah.integrations.hf.model_preview import preview_model
+
+    p = preview_model(name)
+    if p is None:
+        return None
+    return ModelLimits(
+        n_layer=p.n_layer, n_head=p.n_head,
+        kv=KVShape(p.n_kv_head, p.position_bytes, (p.sliding_window,) * p.n_layer),
+        kv_full=KVShape(p.n_kv_head, p.position_bytes, (None,) * p.n_layer),
+        max_positions=p.max_positions, vocab_size=p.vocab_size, has_tokenizer=p.has_tokenizer,
+    )  # fmt: skip
+
+
+def model_limits(model: Any, tokenizer: Any | None) -> ModelLimits:
+    """The limits of a loaded model, exactly."""
+    from aah.integrations.hf import layout
+    from aah.integrations.hf.allocate import kv_shape
+
+    lay, shape, config = layout(model), kv_shape(model), model.config
+    positions = getattr(config, "max_position_embeddings", None) or getattr(
+        config, "n_positions", None
+    )
+    return ModelLimits(
+        n_layer=lay.n_layer, n_head=lay.n_head, kv=shape,
+        kv_full=shape,
+        max_positions=int(positions) if positions else None,
+        vocab_size=getattr(config, "vocab_size", None), has_tokenizer=tokenizer is not None,
+    )  # fmt: skip
+
+
+def sequence_length(asked: int | None, limits: ModelLimits | None, flag: str = "--seq-len") -> int:
+    """T: `asked` (>= 2, within the model's positions), else 512 or the positions if fewer."""
+    positions = limits.max_positions if limits is not None else None
+    if asked is None:
+        return DEFAULT_SEQ_LEN if positions is None else min(DEFAULT_SEQ_LEN, positions)
+    if asked < 2:
+        raise ValueError(f"{flag} must be >= 2 (a token and the next one to predict), got {asked}")
+    if positions is not None and asked > positions:
+        raise ValueError(
+            f"{flag} {asked} is beyond the model's {positions} positions: give {flag} "
+            f"{positions} or less"
+        )
+    return asked
+
+
+def check_length(count: int, t: int, flag: str, path: str, *, unit: str = "tokens") -> None:
+    """A text of `count` tokens (or bytes: a token takes at least one, and a tokenizer adds
+    at most one prefix token) can fill one block of T tokens; else ValueError naming the fix."""
+    if count >= t or (unit != "tokens" and count + 1 >= t):
+        return
+    smaller = f"--seq-len {max(2, count)} or less" if unit == "tokens" else "a smaller --seq-len"
+    if count == 1:
+        unit = unit[:-1]
+    raise ValueError(
+        f"{flag} {path!r} gives {count} {unit}, too few for one block of T={t} tokens: give a "
+        f"longer text or {smaller}"
+    )
+
+
+def check_tokenizer(limits: ModelLimits | None, model: str) -> None:
+    """Text can be read for this model: it has a tokenizer, or it is byte-level."""
+    if limits is None or limits.has_tokenizer is not False or limits.vocab_size is None:
+        return
+    if limits.vocab_size not in BYTE_VOCAB:
+        raise ValueError(
+            f"model {model!r} comes without a tokenizer and has a {limits.vocab_size}-token "
+            "vocabulary: text read as UTF-8 bytes would be garbage to it; give a folder or "
+            "GGUF file that includes the tokenizer"
+        )
+
+
+def check_plan_shape(windows: list[list[int]], limits: ModelLimits | None, path: str) -> None:
+    """The plan has one row per layer and one window per query head of the model."""
+    if limits is None:
+        return
+    rows = [len(row) for row in windows]
+    if len(rows) != limits.n_layer or any(n != limits.n_head for n in rows):
+        heads = sorted(set(rows))
+        raise ValueError(
+            f"plan file {path!r} is {len(rows)} layers x {'/'.join(map(str, heads))} heads, the "
+            f"model has {limits.n_layer} layers x {limits.n_head} query heads: give a plan "
+            "searched for this model"
+        )
+
+
+def check_budget(
+    budget: float | None,
+    kv_budget: int | None,
+    sinks: int,
+    t: int,
+    candidates: list[int],
+    limits: ModelLimits | None,
+    shown_mb: str | None = None,
+) -> None:
+    """The budget can be met by some plan and does not already allow the full cache; --sinks
+    below T. Without `limits` (a hub name before loading) the KV-byte checks wait. `shown_mb`:
+    --budget-kv-mb as the user wrote it, for the messages."""
+    if sinks >= t:
+        raise ValueError(
+            f"--sinks {sinks} is not below T={t}: every head would see every token; give fewer "
+            "sinks (4 is typical)"
+        )
+    c0 = candidates[0]
+    others = ["a smaller --candidates window"] * (c0 > 1) + ["fewer --sinks"] * (sinks > 0)
+    fixes = "".join(f" or {fix}" for fix in others)
+    smallest = f"window {c0} and {sinks} sinks for every head, at T={t}"
+    if budget is not None:
+        from aah.attention import coverage
+
+        floor = coverage([[c0]], t, [[sinks]]).causal
+        if floor > budget:
+            least = math.ceil(floor * 10_000) / 10_000
+            raise ValueError(
+                f"--budget {budget} is below the smallest plan's causal coverage {floor:.4f} "
+                f"({smallest}); give --budget {least} or more{fixes}"
+            )
+        return
+    if limits is None or kv_budget is None:
+        return
+    n_head, kv_mb = limits.n_head, f"{kv_budget / MB:.6g}" if shown_mb is None else shown_mb
+    cut = [[c0] * n_head for _ in range(limits.n_layer)]
+    floor = plan_kv_bytes(cut, [[sinks] * n_head for _ in cut], limits.kv, t)
+    if floor > kv_budget:
+        least = math.ceil(floor / MB * 1000) / 1000
+        raise ValueError(
+            f"--budget-kv-mb {kv_mb} ({kv_budget} bytes) is below the smallest "
+            f"plan's {floor / MB:.3f} MB ({floor} bytes: {smallest}); give --budget-kv-mb "
+            f"{least} or more{fixes}"
+        )
+    full = plan_kv_bytes([[t] * n_head for _ in cut], None, limits.kv_full, t)
+    if kv_budget >= full:
+        raise ValueError(
+            f"--budget-kv-mb {kv_mb} is at or above the full cache's "
+            f"{full / MB:.3f} MB at T={t}: no head would be cut; give less than {full / MB:.3f}"
+        )

@@ -1,0 +1,242 @@
+"""`aah plan search` and `aah plan apply` on a Hugging Face model, in three phases: the checks
+that need the model's files only (`hf_checks` on its config or GGUF header, before the weights
+load), the same checks on the loaded model (before any forward pass), then the work. The
+search's files (the plan, the heatmap) are staged and land together only once all of it,
+the --heldout sweep included, has succeeded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from aah.cli.hf_checks import (
+    ModelLimits,
+    check_budget,
+    check_length,
+    check_plan_shape,
+    check_tokenizer,
+    model_limits,
+    preview_limits,
+    sequence_length,
+)
+from aah.cli.hf_plan import MB, budgets
+from aah.cli.plan_checks import read_text
+
+MEANINGS = (
+    "causal coverage: the share of the T(T+1)/2 (query, key) pairs of causal attention that "
+    "the windows and sinks compute, over all heads; KV share: the bytes the per-head cache "
+    "holds after T tokens over those of the full cache"
+)
+
+
+@dataclass(frozen=True)
+class Texts:
+    """The command's texts, read once: name -> (flag, path, text)."""
+
+    items: dict[str, tuple[str, str, str]]
+
+    @classmethod
+    def read(cls, **flags: str | None) -> Texts:
+        """name=path for each text flag given (None: not given)."""
+        return cls({
+            name: (f"--{name}", path, read_text(path, f"--{name}"))
+            for name, path in flags.items() if path is not None
+        })  # fmt: skip
+
+    def check(self, t: int, count: Any, unit: str) -> None:
+        for flag, path, text in self.items.values():
+            check_length(count(text), t, flag, path, unit=unit)
+
+
+def _prepare(args: argparse.Namespace) -> tuple[ModelLimits | None, Any]:
+    """Checks from the model's files; the device; torch's threads."""
+    import torch
+
+    from aah.integrations.hf.load import resolve_device
+
+    limits = preview_limits(args.model)
+    device = resolve_device(args.device, "--device")
+    check_tokenizer(limits, args.model)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return limits, device
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, Any, ModelLimits]:
+    """The model, the tokenizer its text is read with, and its exact limits."""
+    from aah.integrations.hf.load import load_model, resolve_tokenizer
+
+    model, tokenizer = load_model(args.model, args.device)
+    return model, resolve_tokenizer(model, tokenizer), model_limits(model, tokenizer)
+
+
+def _token_counter(tokenizer: Any, limits: ModelLimits) -> Any:
+    from aah.integrations.hf.data import token_stream
+
+    return lambda text: len(token_stream(text, tokenizer, limits.vocab_size))
+
+
+def search(args: argparse.Namespace) -> int:
+    from aah.integrations.hf.search import default_candidates
+
+    budget, kv_budget = budgets(args)
+    texts = Texts.read(text=args.text, heldout=args.heldout)
+
+    def check(limits: ModelLimits | None) -> int:
+        t = sequence_length(args.seq_len, limits)
+        if args.suffix is not None and args.suffix >= t:
+            raise ValueError(f"--suffix must be in [1, T={t}), got {args.suffix}")
+        cands = args.candidates or default_candidates(t)
+        shown = None if args.budget_kv_mb is None else f"{args.budget_kv_mb:g}"
+        check_budget(budget, kv_budget, args.sinks, t, cands, limits, shown)
+        return t
+
+    limits, _ = _prepare(args)
+    texts.check(check(limits), lambda text: len(text.encode("utf-8")), "bytes")
+    model, tokenizer, exact = _load(args)
+    t = check(exact)
+    texts.check(t, _token_counter(tokenizer, exact), "tokens")
+    return _search_loaded(args, model, tokenizer, exact, t, budget, kv_budget, texts)
+
+
+def _search_loaded(
+    args: argparse.Namespace, model: Any, tokenizer: Any, limits: ModelLimits, t: int,
+    budget: float | None, kv_budget: int | None, texts: Texts,
+) -> int:  # fmt: skip
+    from aah.atomic import StagedWrites
+    from aah.integrations.hf.allocate import full_kv_bytes
+    from aah.integrations.hf.search import search_plan
+    from aah.integrations.hf.sweep import budget_sweep, sweep_json, sweep_table
+
+    options = {
+        "seq_len": t, "candidates": args.candidates, "batch_size": args.batch_size,
+        "max_batches": args.max_batches, "sample_queries": args.sample_queries,
+        "seed": args.seed, "tokenizer": tokenizer, "sinks": args.sinks,
+    }  # fmt: skip
+    text = texts.items["text"][2]
+    plan = search_plan(
+        model, text, budget, kv_budget=kv_budget, signal=args.signal, suffix=args.suffix,
+        progress=True, **options,
+    )  # fmt: skip
+    full = full_kv_bytes(limits.kv, limits.n_layer, t)
+    print_search_summary(plan, limits, full, args.sinks, kv_budget is not None)
+    summary: dict[str, Any] = {
+        "out": args.out, "budget": plan.budget, "budget_unit": plan.budget_unit,
+        "coverage": plan.coverage, "kv_bytes": plan.kv_bytes, "kv_bytes_full": full,
+        "kv_share": (plan.kv_bytes or 0) / full, "seq_len": t, "sinks": args.sinks,
+        "signal": plan.signal,
+    }  # fmt: skip
+    if args.heldout:
+        heldout = texts.items["heldout"][2]
+        rows = budget_sweep(model, text, heldout, args.sweep_budgets, **options)
+        print(sweep_table(rows))
+        summary["sweep"] = json.loads(sweep_json(rows))["rows"]
+    written = [args.out]
+    with StagedWrites() as staged:  # both files, or neither
+        staged.write_text(args.out, plan.to_json() + "\n")
+        if args.heatmap:
+            from aah.report.plan_heatmap import save_heatmap
+
+            title = f"{plan.model}, budget {plan.budget}"
+            save_heatmap(plan, staged.path_for(args.heatmap), title=title)
+            written.append(args.heatmap)
+    print(f"wrote {' and '.join(written)}")
+    print(json.dumps(summary))
+    return 0
+
+
+def print_search_summary(
+    plan: Any, limits: ModelLimits, full: int, sinks: int, kv_capped: bool
+) -> None:
+    """What the search found, one window per KV head and layer, and what the numbers mean."""
+    t, n_kv = plan.seq_len, limits.kv.n_kv_head
+    group = limits.n_head // n_kv
+    kv = plan.kv_bytes or 0
+    cap = f"{plan.budget / MB:.3f} KV MB" if kv_capped else f"causal coverage {plan.budget}"
+    expected = (
+        f"summed single-KV-head loss rise {plan.loss_increase:.4f} nats"
+        if plan.signal in ("loss", "suffix-loss")
+        else f"expected lost mass {plan.lost_mass:.4f}"
+        if plan.signal == "mass"
+        else "allocated on each head's residual-stream change"
+    )
+    print(
+        f"plan for {plan.model} at T={t} ({plan.signal} signal, {sinks} sinks per head), budget "
+        f"{cap}: causal coverage {plan.coverage:.4f}, KV {kv / MB:.3f} MB of the full cache's "
+        f"{full / MB:.3f} MB per sequence (KV share {kv / full:.3f}); {expected}"
+    )
+    print(f"windows per layer, one per KV head ({n_kv} a layer, each read by {group} query heads):")
+    for layer, row in enumerate(plan.windows):
+        print(f"  layer {layer:3d}: {' '.join(str(w) for w in row[::group])}")
+    print(MEANINGS)
+    if all(w >= t for row in plan.windows for w in row):
+        print(f"note: every head keeps its whole context at T={t}: the budget cuts nothing")
+
+
+def apply(args: argparse.Namespace) -> int:
+    from aah.attention.registry import BACKENDS
+    from aah.plan import WindowPlan
+
+    texts = Texts.read(text=args.text)
+    plan = WindowPlan.load(args.plan)  # any plan file: a search's, a benchmark's, an export
+    if args.backend != "auto" and args.backend not in BACKENDS:
+        raise ValueError(
+            f"--backend must be auto or one of {', '.join(BACKENDS)}, got {args.backend!r}"
+        )
+
+    def check(limits: ModelLimits | None) -> int:
+        check_plan_shape(plan.windows, limits, args.plan)
+        if args.seq_len is None and plan.seq_len is not None:
+            positions = limits.max_positions if limits is not None else None
+            if positions is not None and plan.seq_len > positions:
+                raise ValueError(
+                    f"plan file {args.plan!r} was made for T={plan.seq_len}, beyond the model's "
+                    f"{positions} positions: give --seq-len {positions} or less"
+                )
+        return sequence_length(args.seq_len or plan.seq_len, limits)
+
+    limits, _ = _prepare(args)
+    texts.check(check(limits), lambda text: len(text.encode("utf-8")), "bytes")
+    model, tokenizer, exact = _load(args)
+    t = check(exact)
+    texts.check(t, _token_counter(tokenizer, exact), "tokens")
+    return _apply_loaded(args, model, tokenizer, exact, t, plan, texts.items["text"][2])
+
+
+def _apply_loaded(
+    args: argparse.Namespace, model: Any, tokenizer: Any, limits: ModelLimits, t: int,
+    plan: Any, text: str,
+) -> int:  # fmt: skip
+    from aah.attention import coverage
+    from aah.integrations.hf import applied
+    from aah.integrations.hf.allocate import full_kv_bytes, plan_kv_bytes
+    from aah.integrations.hf.search import calibration_batches
+    from aah.integrations.hf.sweep import perplexity
+
+    batches = calibration_batches(
+        model, text, seq_len=t, batch_size=args.batch_size, max_batches=args.max_batches,
+        tokenizer=tokenizer,
+    )  # fmt: skip
+    blocks = sum(int(b.shape[0]) for b in batches)
+    print(f"scoring {blocks} blocks of T={t} tokens ({blocks * t} tokens) of {args.text}")
+    base = perplexity(model, batches)
+    with applied(model, plan, backend=args.backend):
+        planned = perplexity(model, batches)
+    cov = coverage(plan.windows, t, plan.sinks).causal
+    kv = plan_kv_bytes(plan.windows, plan.sinks, limits.kv, t)
+    full = full_kv_bytes(limits.kv, limits.n_layer, t)
+    print(f"perplexity without plan: {base:.4f}")
+    print(f"perplexity with plan:    {planned:.4f} ({100 * (planned / base - 1):+.3f}%)")
+    print(f"causal coverage at T={t}: {cov:.4f}")
+    print(
+        f"KV cache per sequence at T={t}: {kv / MB:.3f} MB of the full cache's "
+        f"{full / MB:.3f} MB (KV share {kv / full:.3f})"
+    )
+    print(MEANINGS)
+    result = {"ppl_full": base, "ppl_plan": planned, "coverage": cov, "seq_len": t}
+    result |= {"blocks": blocks, "tokens": blocks * t}
+    print(json.dumps({**result, "kv_bytes": kv, "kv_bytes_full": full, "kv_share": kv / full}))
+    return 0
