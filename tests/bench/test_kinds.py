@@ -66,7 +66,7 @@ def test_blocks_are_inside_one_document_spread_and_prefix_stable() -> None:
     files = [TextFile("k", f"src{s}", f"src{s}/f{i}.txt", chr(65 + s) * (10 + 7 * i))
              for s in range(3) for i in range(5)]  # fmt: skip
     docs = build_documents(files, chars, 8)
-    order = block_order(docs, 8, seed=1)
+    order = list(block_order(docs, 8, seed=1))
     assert len(order) == len(set(order)) == brute_slots(docs, 8)
     for i, start in order:  # non-overlapping slots inside their document
         assert start >= 0 and start + 8 <= len(docs[i].ids)

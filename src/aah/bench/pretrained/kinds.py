@@ -25,6 +25,7 @@ aah.bench.pretrained.kinds --seq-lens 2048,4096,8192` prints it as a table).
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import hashlib
 import re
@@ -40,10 +41,10 @@ from aah.integrations.hf.text_blocks import (
     FILE_SEPARATOR,
     Block,
     TextFile,
-    block_order,
     build_documents,
     draw_blocks,
     is_test_path,
+    slot_count,
 )
 
 DOC_ROOT = Path("/usr/share/doc")
@@ -149,10 +150,16 @@ def check_kinds(names: Sequence[str]) -> list[str]:
     return list(names)
 
 
+@functools.cache
+def _read(name: str) -> tuple[TextFile, ...]:
+    return tuple(READERS[name]())
+
+
 def kind_files(name: str) -> list[TextFile]:
-    """The files of one kind on this machine; a ValueError when it has fewer than two
-    sources (a kind needs independent sources) or shares a file with the calibration mix."""
-    files = READERS[check_kinds([name])[0]]()
+    """The files of one kind on this machine (read once per process); a ValueError when it
+    has fewer than two sources (a kind needs independent sources) or shares a file with the
+    calibration mix."""
+    files = list(_read(check_kinds([name])[0]))
     sources = {f.source for f in files}
     if len(sources) < 2:
         raise ValueError(
@@ -214,7 +221,7 @@ def availability(
             docs = build_documents(files, enc, t)
             rows.append(Availability(
                 name, t, len({f.source for f in files}), len(files), tokens, len(docs),
-                sum(len(d.spans) > 1 for d in docs), len(block_order(docs, t, 0)),
+                sum(len(d.spans) > 1 for d in docs), slot_count(docs, t),
                 len({d.source for d in docs}),
             ))  # fmt: skip
     return rows

@@ -14,8 +14,9 @@ prefix order: asking for more blocks keeps the first ones.
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 
@@ -120,9 +121,16 @@ def build_documents(
     return documents
 
 
-def block_order(documents: Sequence[Document], seq_len: int, seed: int) -> list[tuple[int, int]]:
+def slot_count(documents: Sequence[Document], seq_len: int) -> int:
+    """How many non-overlapping blocks of T tokens the documents hold."""
+    return sum(len(doc.ids) // seq_len for doc in documents)
+
+
+def block_order(
+    documents: Sequence[Document], seq_len: int, seed: int
+) -> Iterator[tuple[int, int]]:
     """Every (document index, start) slot of T tokens, in the order blocks are taken
-    (module docstring). Deterministic in (the documents, T, seed)."""
+    (module docstring), lazily. Deterministic in (the documents, T, seed)."""
     rng = random.Random(seed)
     slots: list[list[int]] = []
     for doc in documents:
@@ -136,15 +144,18 @@ def block_order(documents: Sequence[Document], seq_len: int, seed: int) -> list[
         by_source.setdefault(f"{doc.kind}:{doc.source}", []).append(i)
     sources = sorted(by_source)
     rng.shuffle(sources)
+    queues = []
     for name in sources:
         rng.shuffle(by_source[name])
+        queues.append(by_source[name])
     # pass p: the p-th slot of every document that has one, sources taking turns
-    order: list[tuple[int, int]] = []
-    for depth in range(max((len(s) for s in slots), default=0)):
-        queues = [[i for i in by_source[name] if len(slots[i]) > depth] for name in sources]
-        for turn in range(max((len(q) for q in queues), default=0)):
-            order += [(q[turn], slots[q[turn]][depth]) for q in queues if turn < len(q)]
-    return order
+    depth = 0
+    while queues := [[i for i in q if len(slots[i]) > depth] for q in queues if q]:
+        for turn in range(max(len(q) for q in queues)):
+            for q in queues:
+                if turn < len(q):
+                    yield q[turn], slots[q[turn]][depth]
+        depth += 1
 
 
 def draw_blocks(
@@ -152,15 +163,15 @@ def draw_blocks(
 ) -> list[Block]:
     """The first `n` blocks of `block_order`; a ValueError says how many the documents hold
     when they hold fewer."""
-    order = block_order(documents, seq_len, seed)
-    if n < 1 or len(order) < n:
+    held = slot_count(documents, seq_len)
+    if n < 1 or held < n:
         kinds = sorted({d.kind for d in documents})
         raise ValueError(
             f"{n} blocks of {seq_len} tokens were asked for; the {'/'.join(kinds) or 'given'} "
-            f"text holds {len(order)} (ask for fewer, or a shorter T)"
+            f"text holds {held} (ask for fewer, or a shorter T)"
         )
     blocks = []
-    for i, start in order[:n]:
+    for i, start in itertools.islice(block_order(documents, seq_len, seed), n):
         doc = documents[i]
         blocks.append(Block(doc.kind, doc.source, doc.name, doc.paths_in(start, start + seq_len),
                             start, doc.ids[start : start + seq_len]))  # fmt: skip
