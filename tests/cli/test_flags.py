@@ -29,8 +29,23 @@ def parsers():
     yield "eval", subparser("eval")
     yield "generate", subparser("generate")
     yield "lab", subparser("lab")
+    yield "posthoc", subparser("posthoc")
+    yield "plan search", subparser("plan", "search")
+    yield "plan apply", subparser("plan", "apply")
     for name in ("training", "attention", "decode", "variants"):
         yield f"bench {name}", bench_parser(name)
+
+
+# every command that computes takes --threads (docs/cli.md); train reads train.threads
+COMPUTING = ["eval", "generate", "lab", "posthoc", "plan search", "plan apply",
+             "bench training", "bench attention", "bench decode", "bench variants"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", COMPUTING)
+def test_every_computing_command_takes_threads(name):
+    parser = dict(parsers())[name]
+    threads = option(parser, "--threads")
+    assert threads is not None and threads.default == 0 and threads.type is int, name
 
 
 def option(parser, flag):

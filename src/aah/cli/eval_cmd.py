@@ -42,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     flags.add_batch_size(p, "windows per forward pass (default: the run's train.batch_size)")
     flags.add_device(p)
+    flags.add_threads(p)
     p.add_argument(
         "--cut-windows", metavar="W,W,...",
         help="also score with every head cut to each window (a context-use curve); on the "
@@ -66,6 +67,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.stride is not None and args.data is None:
         raise ValueError("--stride applies to --data only (corpus splits use whole windows)")
     flags.check_batch_size(args.batch_size)
+    flags.check_threads(args.threads)
     if args.batches is not None and args.batches < 0:
         raise ValueError(f"--batches must be >= 0, got {args.batches}")
 
@@ -83,6 +85,10 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 
     cuts = parse_cuts(args.cut_windows) if args.cut_windows else None
     device = resolve_device(args.device, what="--device")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     model, config, payload = load_run(args.run_dir, map_location=device)
     batch_size = args.batch_size or config.train.batch_size
     source = (_given_source if args.data is not None else _corpus_source)(

@@ -116,7 +116,12 @@ def run_hf_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     limits = preview_limits(args.target)
     check_plan_shape(plan.windows, limits, args.plan)
     check_tokenizer(limits, args.target)
-    _check_positions(1, args.max_new_tokens, limits.max_positions if limits else None)
+    positions = limits.max_positions if limits is not None else None
+    if positions is not None and args.max_new_tokens >= positions:
+        raise ValueError(
+            f"--max-new-tokens {args.max_new_tokens} leaves no room for the prompt in the "
+            f"model's {positions} positions: give --max-new-tokens {positions - 1} or less"
+        )
     resolve_device(args.device, "--device")
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -7,6 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
+from aah.cli import flags
+
 EPILOG = """\
 Each RUN is a finished `aah train` run (best: policy full, one per seed). Writes
 OUT/posthoc.json (every run, plan and score), OUT/posthoc.md (Δ bpb per policy and coverage,
@@ -40,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="evaluation sequences of length T, evenly spread over the validation split",
     )  # fmt: skip
     p.add_argument("--batch-size", type=int, default=8, metavar="B", help="eval batch size")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    flags.add_threads(p)
     p.add_argument("--out", default="posthoc", metavar="DIR", help="output folder")
     p.add_argument("--json", action="store_true", help="last stdout line: the summary as JSON")
 
@@ -62,6 +64,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     from aah.posthoc.report import markdown, plot, summarize
     from aah.posthoc.store import load_finished, save_finished
 
+    flags.check_threads(args.threads)
     if args.threads:
         torch.set_num_threads(args.threads)
     windows = (

@@ -1,0 +1,79 @@
+"""What `aah plan search` and `aah plan apply` print: one window per KV head and layer (not per
+query head), the full cache's bytes and the share kept, what causal coverage and KV share
+mean, how many blocks and tokens were scored, and a note when the plan cuts nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from hf_tokenized import TEXT, save_tokenized_llama
+
+from aah.cli import main
+from aah.cli.hf_plan_run import MEANINGS
+from aah.integrations.hf.load import load_model
+from aah.integrations.hf.search import search_plan
+from aah.plan import WindowPlan
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("output")
+    save_tokenized_llama(root / "llama", seed=1)
+    (root / "text.txt").write_text(TEXT)
+    return root
+
+
+def search(inputs, tmp_path, capsys, *flags: str):  # type: ignore[no-untyped-def]
+    capsys.readouterr()
+    argv = ["plan", "search", str(inputs / "llama"), "--text", str(inputs / "text.txt"),
+            "--out", str(tmp_path / "plan.json"), "--seq-len", "32", "--max-batches", "2",
+            "--candidates", "4,8,16,32", "--sinks", "1", "--threads", "1", *flags]  # fmt: skip
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    return lines, json.loads(lines[-1])
+
+
+def test_the_search_reports_per_kv_head_and_against_the_full_cache(inputs, tmp_path, capsys):
+    lines, summary = search(inputs, tmp_path, capsys, "--heatmap", str(tmp_path / "plan.png"))
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert (tmp_path / "plan.png").stat().st_size > 0
+    rows = [line for line in lines if line.startswith("  layer")]
+    assert len(rows) == 2  # layers
+    for row, windows in zip(rows, plan["windows"], strict=True):
+        assert row.split(":")[1].split() == [str(w) for w in windows[::2]]  # 2 KV heads of 2
+        assert windows[0] == windows[1] and windows[2] == windows[3]
+    full = 2 * 2 * 32 * 16 * 2 * 4  # layers x KV heads x T x head_dim x (k, v) x fp32
+    assert summary["kv_bytes_full"] == full
+    assert summary["kv_share"] == pytest.approx(plan["kv_bytes"] / full)
+    assert f"of the full cache's {full / 2**20:.3f} MB" in lines[0]
+    assert MEANINGS in lines and "causal coverage:" in MEANINGS and "KV share:" in MEANINGS
+    assert not any(line.startswith("note:") for line in lines)
+    model, tokenizer = load_model(str(inputs / "llama"), "cpu")
+    again = search_plan(model, TEXT, 0.3, seq_len=32, max_batches=2, candidates=[4, 8, 16, 32],
+                        sinks=1, tokenizer=tokenizer)  # fmt: skip
+    assert again.windows == plan["windows"]  # the CLI searched the Python API's plan
+
+
+def test_a_plan_that_cuts_nothing_is_announced(inputs, tmp_path, capsys):
+    lines, summary = search(inputs, tmp_path, capsys, "--budget", "1.0")
+    assert summary["coverage"] == 1.0
+    assert "note: every head keeps its whole context at T=32: the budget cuts nothing" in lines
+
+
+def test_apply_says_what_it_scored(inputs, tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    WindowPlan.of([[8] * 4] * 2, 1, 32).save(plan)
+    capsys.readouterr()
+    argv = ["plan", "apply", str(inputs / "llama"), "--text", str(inputs / "text.txt"),
+            "--plan", str(plan), "--batch-size", "2", "--max-batches", "3",
+            "--threads", "1"]  # fmt: skip
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert (result["blocks"], result["tokens"], result["seq_len"]) == (6, 6 * 32, 32)
+    assert f"scoring 6 blocks of T=32 tokens (192 tokens) of {inputs / 'text.txt'}" in lines
+    assert MEANINGS in lines
