@@ -130,17 +130,6 @@ def add_plan_apply_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-DEFAULT_BUDGET = 0.3
-MB = 2**20
-
-
-def budgets(args: argparse.Namespace) -> tuple[float | None, int | None]:
-    """(coverage budget, KV byte budget) from --budget / --budget-kv-mb, one of them None."""
-    if args.budget_kv_mb is not None:
-        return None, int(args.budget_kv_mb * MB)
-    return (DEFAULT_BUDGET if args.budget is None else args.budget), None
-
-
 def run_plan_search(args: argparse.Namespace) -> int:
     """Search a plan; with --heldout also print a budget sweep; then write the plan (and the
     heatmap) together, only once everything succeeded."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aah.cli.hf_checks import (
+    MB,
     ModelLimits,
     check_budget,
     check_length,
@@ -22,14 +23,22 @@ from aah.cli.hf_checks import (
     preview_limits,
     sequence_length,
 )
-from aah.cli.hf_plan import MB, budgets
 from aah.cli.plan_checks import read_text
+
+DEFAULT_BUDGET = 0.3
 
 MEANINGS = (
     "causal coverage: the share of the T(T+1)/2 (query, key) pairs of causal attention that "
     "the windows and sinks compute, over all heads; KV share: the bytes the per-head cache "
     "holds after T tokens over those of the full cache"
 )
+
+
+def budgets(args: argparse.Namespace) -> tuple[float | None, int | None]:
+    """(coverage budget, KV byte budget) from --budget / --budget-kv-mb, one of them None."""
+    if args.budget_kv_mb is not None:
+        return None, int(args.budget_kv_mb * MB)
+    return (DEFAULT_BUDGET if args.budget is None else args.budget), None
 
 
 @dataclass(frozen=True)

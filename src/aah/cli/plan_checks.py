@@ -8,8 +8,12 @@ import argparse
 import importlib.util
 import os
 from pathlib import Path
+from typing import get_args
 
+from aah.choices import SearchSignal
 from aah.textfile import read_utf8
+
+SIGNALS = get_args(SearchSignal)
 
 
 def check_model(name: str) -> None:
@@ -129,8 +133,6 @@ def check_budget_flags(budget: float | None, kv_mb: float | None, sinks: int) ->
 
 def check_signal_flag(signal: str, heldout: str | None) -> None:
     """--signal is one of SIGNALS; the --heldout budget sweep allocates on mass only."""
-    from aah.cli.hf_plan import SIGNALS
-
     if signal not in SIGNALS:
         raise ValueError(f"--signal must be one of {', '.join(SIGNALS)}, got {signal!r}")
     if signal != "mass" and heldout:
