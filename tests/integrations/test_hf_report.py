@@ -106,7 +106,8 @@ def test_cli_search_then_apply(tmp_path, capsys) -> None:
     result = json.loads(lines[-1])
     assert result["seq_len"] == 32 and result["coverage"] == pytest.approx(plan.coverage)
     assert result["ppl_plan"] != result["ppl_full"]
-    assert lines[0].startswith("perplexity without plan")
+    assert lines[0].startswith("scoring 2 blocks of T=32 tokens")
+    assert lines[1].startswith("perplexity without plan")
 
 
 def test_cli_refuses_a_missing_text_file(tmp_path) -> None:
