@@ -122,3 +122,32 @@ def test_bad_kinds_and_counts_are_named(model_dir, tmp_path) -> None:
         main([*base, "--kinds", "python,poetry"])
     with pytest.raises(ValueError, match="--blocks-per-kind"):
         main([*base, "--blocks-per-kind", "1"])
+
+
+def test_the_held_out_probe_grid_counts_conditions(model_dir, tmp_path) -> None:
+    from aah.bench.pretrained.needles import needle_hit
+    from aah.bench.pretrained.retrieval_grid import build_probes, compare, conditions
+
+    out = tmp_path / "out"
+    args = [a for a in args_for(model_dir, out, 2, ["c"]) if a != "none"]
+    args[args.index("--needle-lengths") + 1 : args.index("--needle-lengths") + 1] = ["248"]
+    args += ["--needle-grid", "heldout", "--needle-depths", "2", "--needles-per-cell", "1"]
+    assert main(args) == 0
+    result = json.loads((out / "results.json").read_text())
+    model = tiny_model("llama", max_position_embeddings=256)
+    probes = build_probes(None, "heldout", [248], [0.0, 1.0], 1,
+                          vocab_size=model.config.vocab_size)  # fmt: skip
+    plans = {p["method"]: p["windows"] for p in result["plans"]}
+    got = {"full": conditions(probes, [needle_hit(model, p.needle) for p in probes])}
+    for method, windows in plans.items():
+        with applied(model, windows, sinks=4):
+            got[method] = conditions(probes, [needle_hit(model, p.needle) for p in probes])
+    assert len(got["full"]) == 2 * 4 * 2  # fillers x needle kinds x depths
+    assert result["full_needles"] == pytest.approx(sum(got["full"].values()) / 16)
+    row = next(r for r in result["rows"] if r["method"] == "output")
+    assert row["needle"] == pytest.approx(sum(got["output"].values()) / 16)
+    lost, gained, p = compare(got["full"], got["output"])
+    assert (row["needles_lost"], row["needles_gained"]) == (lost, gained)
+    won, lost, p = compare(got["output"], got["uniform"])
+    assert f"| 0.3 | output | {sum(got['output'].values())}/16 | {won} / {lost}, p {p:.2g} |" in (
+        out / "table.md").read_text()  # fmt: skip

@@ -106,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="needles per (length, depth), pass keys and facts (default 2)",
     )
     p.add_argument(
+        "--needle-grid",
+        choices=("classic", "design", "heldout"),
+        default="classic",
+        help="classic: the pass-key/fact grid on the repeated filler, per needle; design / "
+        "heldout: four needle kinds, counted per condition (`retrieval_grid.py`; heldout: "
+        "prose and code fillers, wording no method saw) (default classic)",
+    )
+    p.add_argument(
         "--needle-methods",
         default="all",
         help="methods whose plans run the needle grid (default all; full always)",
@@ -342,20 +350,32 @@ def all_plans(model, tokenizer, calib, args, store: CellStore) -> tuple[dict, di
     return plans, budgets
 
 
-def needle_results(model, tokenizer, plans, args, store: CellStore) -> tuple[dict, dict]:
-    """(method, KV fraction) -> its per-needle hits, and -> its (length, depth) grid, for
-    full attention (under ("full", 1.0)) and the --needle-methods."""
-    from aah.bench.pretrained import needles
+def needle_results(model, tokenizer, plans, args, store: CellStore) -> tuple[dict, dict, str]:
+    """(method, KV fraction) -> its hits, and -> its (length, depth) grid, for full attention
+    (under ("full", 1.0)) and the --needle-methods; and a Markdown note. The classic grid
+    gives per-needle hits; the design and held-out grids per-condition hits (a condition
+    retrieved when all its needles are), with each method against `uniform` per condition."""
+    from aah.bench.pretrained import needles, retrieval_grid
 
     depths = [i / max(1, args.needle_depths - 1) for i in range(args.needle_depths)]
-    items = needles.build_needles(
-        tokenizer, args.needle_lengths, depths, args.needles_per_cell, seed=args.needle_seed,
-        vocab_size=getattr(model.config, "vocab_size", None),
-    )  # fmt: skip
-    kind = f"needles-{'-'.join(map(str, args.needle_lengths))}-d{args.needle_depths}x"
-    kind += str(args.needles_per_cell)
-    if args.needle_seed != args.seed:  # a fresh grid: its own cells
-        kind += f"-s{args.needle_seed}"
+    vocab = getattr(model.config, "vocab_size", None)
+    probes = None
+    if args.needle_grid == "classic":
+        items = needles.build_needles(tokenizer, args.needle_lengths, depths,
+                                      args.needles_per_cell, seed=args.needle_seed,
+                                      vocab_size=vocab)  # fmt: skip
+        kind = f"needles-{'-'.join(map(str, args.needle_lengths))}-d{args.needle_depths}x"
+        kind += str(args.needles_per_cell)
+        if args.needle_seed != args.seed:  # a fresh grid: its own cells
+            kind += f"-s{args.needle_seed}"
+    else:
+        probes = retrieval_grid.build_probes(
+            tokenizer, args.needle_grid, args.needle_lengths, depths, args.needles_per_cell,
+            seed=args.needle_seed, vocab_size=vocab,
+        )  # fmt: skip
+        items = [p.needle for p in probes]
+        kind = (f"probes-{args.needle_grid}-{'-'.join(map(str, args.needle_lengths))}"
+                f"-d{args.needle_depths}x{args.needles_per_cell}-s{args.needle_seed}")  # fmt: skip
     probed = [(("full", 1.0), None)]
     probed += [(k, p) for k, p in plans.items() if k[0] in args.needle_methods]
     hits = evaluate(model, [p for _, p in probed], items, needles.needle_hit, kind, args, store)
@@ -363,7 +383,25 @@ def needle_results(model, tokenizer, plans, args, store: CellStore) -> tuple[dic
     for key, plan in probed:
         got[key] = hits[digest(plan, args.sinks)]
         grids[key] = needles.grid_of(items, got[key])
-    return got, grids
+    if probes is None:
+        return got, grids, ""
+    conds = {k: retrieval_grid.conditions(probes, h) for k, h in got.items()}
+    n = len(conds[("full", 1.0)])
+    lines = [f"\n## Retrieval, {args.needle_grid} grid: {n} conditions ({len(probes)} needles)\n",
+             "Needles columns above count conditions (all needles of a condition retrieved). "
+             "Against the uniform window per condition (McNemar's exact test):\n",
+             "| KV budget | method | conditions | vs uniform (won / lost, p) | uniform blind to |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for (method, fraction), c in conds.items():
+        base = conds.get(("uniform", fraction))
+        if method in ("full", "uniform") or base is None:
+            continue
+        window = max(max(row) for row in plans[("uniform", fraction)])
+        blind = sum(retrieval_grid.unseen_by(probes, window))
+        won, lost, p = retrieval_grid.compare(c, base)
+        lines.append(f"| {fraction:g} | {method} | {sum(c.values())}/{n} | {won} / {lost}, "
+                     f"p {p:.2g} | {blind} of {len(probes)} needles |")  # fmt: skip
+    return {k: list(c.values()) for k, c in conds.items()}, grids, "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -411,9 +449,9 @@ def main(argv: list[str] | None = None) -> int:
         losses = {k: {name: by_kind[name][k] for name in held} for k in by_kind[args.kinds[0]]}
     else:
         losses = evaluate(model, scored, flat, corpus.block_loss, "loss", args, store)
-    hits, grids = {}, {}
+    hits, grids, probe_md = {}, {}, ""
     if args.needle_lengths:
-        hits, grids = needle_results(model, tokenizer, plans, args, store)
+        hits, grids, probe_md = needle_results(model, tokenizer, plans, args, store)
     kv_held = {k: budgets[k[1]].fraction_of(p) for k, p in plans.items()}
     full_hits = hits.get(("full", 1.0))
     full_needle = None if full_hits is None else sum(full_hits) / len(full_hits)
@@ -437,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = table.rows({k: losses[digest(p, args.sinks)] for k, p in plans.items()}, full,
                           kv_held, hits)  # fmt: skip
         md, extra = table.markdown(rows, _mean(full), full_needle), {}
+    md += probe_md
     write_outputs(out, args, rows, full, plans, grids, full_needle, t0, md, extra)
     return 0
 
