@@ -28,8 +28,7 @@ from pathlib import Path, PurePath
 import torch
 
 from aah.bench.pretrained import corpus
-from aah.bench.pretrained.kinds import load_tokenizer
-from aah.bench.pretrained.run import default_model
+from aah.bench.pretrained.model_files import default_model, load_tokenizer
 from aah.integrations.hf.calibration_mix import stdlib_root
 from aah.integrations.hf.text_blocks import is_test_path
 

