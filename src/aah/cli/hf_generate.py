@@ -154,12 +154,18 @@ def run_hf_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _check_positions(n_prompt: int, new: int, positions: int | None) -> None:
-    if positions is not None and n_prompt + new > positions:
+    if positions is None or n_prompt + new <= positions:
+        return
+    if n_prompt >= positions:
         raise ValueError(
-            f"the prompt's {n_prompt} tokens + --max-new-tokens {new} exceed the model's "
-            f"{positions} positions: give --max-new-tokens {max(1, positions - n_prompt)} or "
-            "less (or a shorter prompt)"
+            f"the prompt's {n_prompt} tokens fill the model's {positions} positions: give a "
+            "shorter prompt"
         )
+    raise ValueError(
+        f"the prompt's {n_prompt} tokens + --max-new-tokens {new} exceed the model's "
+        f"{positions} positions: give --max-new-tokens {positions - n_prompt} or less (or a "
+        "shorter prompt)"
+    )
 
 
 def cache_argument(model: Any, cache: Any) -> dict[str, Any]:

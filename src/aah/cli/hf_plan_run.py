@@ -60,18 +60,19 @@ class Texts:
             check_length(count(text), t, flag, path, unit=unit)
 
 
-def _prepare(args: argparse.Namespace) -> tuple[ModelLimits | None, Any]:
-    """Checks from the model's files; the device; torch's threads."""
+def _prepare(args: argparse.Namespace) -> ModelLimits | None:
+    """The model's limits from its files (None for a hub name), after checking the device and
+    that text can be read for it; torch's threads set."""
     import torch
 
     from aah.integrations.hf.load import resolve_device
 
     limits = preview_limits(args.model)
-    device = resolve_device(args.device, "--device")
+    resolve_device(args.device, "--device")
     check_tokenizer(limits, args.model)
     if args.threads:
         torch.set_num_threads(args.threads)
-    return limits, device
+    return limits
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any, ModelLimits]:
@@ -103,7 +104,7 @@ def search(args: argparse.Namespace) -> int:
         check_budget(budget, kv_budget, args.sinks, t, cands, limits, shown)
         return t
 
-    limits, _ = _prepare(args)
+    limits = _prepare(args)
     texts.check(check(limits), lambda text: len(text.encode("utf-8")), "bytes")
     model, tokenizer, exact = _load(args)
     t = check(exact)
@@ -207,7 +208,7 @@ def apply(args: argparse.Namespace) -> int:
                 )
         return sequence_length(args.seq_len or plan.seq_len, limits)
 
-    limits, _ = _prepare(args)
+    limits = _prepare(args)
     texts.check(check(limits), lambda text: len(text.encode("utf-8")), "bytes")
     model, tokenizer, exact = _load(args)
     t = check(exact)
