@@ -47,6 +47,7 @@ from aah.integrations.hf.allocate import (
     plan_kv_bytes,
 )
 from aah.integrations.hf.data import TextLike, token_batches
+from aah.integrations.hf.load import resolve_tokenizer
 from aah.integrations.hf.mass import mass_beyond_given_sinks
 from aah.integrations.hf.output_error import output_error, output_projection
 from aah.integrations.hf.searched_plan import SIGNALS, SearchedPlan
@@ -406,6 +407,7 @@ def search_plan(
         suffix: the tokens the "suffix-loss" signal scores per block (default T // 16).
         progress: a progress bar over the calibration passes.
     """
+    tokenizer = resolve_tokenizer(model, tokenizer)  # the one `load_model` tied, if not given
     check_signal(signal)
     if kv_fraction is None:
         check_budget(budget, kv_budget)
