@@ -151,3 +151,13 @@ def test_the_held_out_probe_grid_counts_conditions(model_dir, tmp_path) -> None:
     won, lost, p = compare(got["output"], got["uniform"])
     assert f"| 0.3 | output | {sum(got['output'].values())}/16 | {won} / {lost}, p {p:.2g} |" in (
         out / "table.md").read_text()  # fmt: skip
+
+
+def test_heldout_skip_reads_the_blocks_after_an_earlier_runs(model_dir, tmp_path) -> None:
+    first, later = tmp_path / "first", tmp_path / "later"
+    assert main(args_for(model_dir, first, 4, ["prose"])) == 0
+    assert main([*args_for(model_dir, later, 2, ["prose"]), "--heldout-skip", "2"]) == 0
+    read = [json.loads((d / "results.json").read_text())["blocks"]["prose"] for d in (first, later)]
+    assert read[1] == read[0][2:]
+    settings = json.loads((later / "cells.jsonl").read_text().splitlines()[0])["settings"]
+    assert settings["skip"] == 2  # a folder never mixes skipped and unskipped blocks

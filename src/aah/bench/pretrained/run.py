@@ -66,7 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--heldout-blocks", type=int, default=16, help="held-out blocks, >= 2 (default 16)"
     )
-    p.add_argument("--heldout-skip", type=int, default=0, help="held-out blocks to skip first")
+    p.add_argument(
+        "--heldout-skip",
+        type=int,
+        default=0,
+        help="held-out blocks to skip first (with --kinds: per kind, "
+        "so a confirmation reads blocks no earlier run of the same seed read)",
+    )
     p.add_argument(
         "--heldout-packages",
         default=",".join(corpus.HELDOUT_PACKAGES),
@@ -406,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     if args.kinds:
         text = {"calib": ["mix", args.calib_blocks], "text": "kinds"}
+        if args.heldout_skip:  # absent at 0, so folders made before the option still resume
+            text["skip"] = args.heldout_skip
     else:
         text = {
             "calib": [list(corpus.CALIB_PACKAGES), args.calib_blocks],
@@ -421,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
                                  vocab_size=vocab, seed=args.seed)  # fmt: skip
         calib = suite.as_tensors(mix)
         held = suite.held_out_blocks(tokenizer, args.kinds, args.seq_len, args.blocks_per_kind,
-                                     args.seed, vocab, store)  # fmt: skip
+                                     args.seed, vocab, store, skip=args.heldout_skip)  # fmt: skip
     else:
         calib, flat = (
             corpus.text_blocks(tokenizer, corpus.stdlib_text(packages), args.seq_len, n, skip,
@@ -454,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         full_by[suite.POOLED] = _mean([v for n in held for v in losses[full_key][n]])
         md = suite.markdown(tables, full_by, held, full_needle)
         extra = {"calib_packages": ["calibration mix"], "heldout_packages": [],
-                 "heldout_blocks": None, "heldout_skip": None,
+                 "heldout_blocks": None, "heldout_skip": args.heldout_skip,
                  "kinds": args.kinds, "blocks_per_kind": args.blocks_per_kind,
                  "calib_blocks": [b.record() for b in mix],
                  "blocks": {n: [b.record() for b in bs] for n, bs in held.items()},

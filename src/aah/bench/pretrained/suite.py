@@ -42,12 +42,16 @@ def held_out_blocks(
     seed: int,
     vocab_size: int | None,
     store: CellStore,
+    *,
+    skip: int = 0,
 ) -> dict[str, list[Block]]:
-    """Each kind's blocks, checked against (and added to) the blocks on file."""
+    """Each kind's blocks `skip .. skip + per_kind - 1` of its seeded order (the first `skip`
+    are what a run with the same seed and no skip reads), checked against (and added to) the
+    blocks on file."""
     out: dict[str, list[Block]] = {}
     for name in names:
-        blocks = kinds.kind_blocks(tokenizer, [name], seq_len, per_kind, seed=seed,
-                                   vocab_size=vocab_size)  # fmt: skip
+        blocks = kinds.kind_blocks(tokenizer, [name], seq_len, per_kind + skip, seed=seed,
+                                   vocab_size=vocab_size)[skip:]  # fmt: skip
         if vocab_size is not None:
             top = max(max(b.ids) for b in blocks)
             if top >= vocab_size:
