@@ -77,3 +77,17 @@ def test_apply_says_what_it_scored(inputs, tmp_path, capsys):
     assert (result["blocks"], result["tokens"], result["seq_len"]) == (6, 6 * 32, 32)
     assert f"scoring 6 blocks of T=32 tokens (192 tokens) of {inputs / 'text.txt'}" in lines
     assert MEANINGS in lines
+
+
+def test_without_text_the_search_calibrates_on_the_shipped_mix(inputs, tmp_path, capsys):
+    argv = ["plan", "search", str(inputs / "llama"), "--out", str(tmp_path / "plan.json"),
+            "--seq-len", "32", "--max-batches", "2", "--candidates", "4,8,16,32",
+            "--sinks", "1", "--threads", "1"]  # fmt: skip
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "calibrating on the shipped mix: 2 blocks of 32 tokens" in lines
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    model, _ = load_model(str(inputs / "llama"), "cpu")
+    again = search_plan(model, None, 0.3, seq_len=32, max_batches=2, candidates=[4, 8, 16, 32],
+                        sinks=1)  # fmt: skip
+    assert plan["signal"] == "output" and again.windows == plan["windows"]

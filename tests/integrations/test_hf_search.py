@@ -133,7 +133,8 @@ def test_token_batches_from_text_ids_and_tensors() -> None:
     stream = list(text.encode("utf-8"))
     assert torch.cat(batches).reshape(-1).tolist() == stream[: len(stream) // 16 * 16]
     assert all(b.shape[1] == 16 for b in batches) and batches[0].shape[0] == 2
-    assert token_batches([[1, 2, 3], [4, 5]], 8)[0].tolist() == [[1, 2, 3, 4, 5]]
+    with pytest.warns(UserWarning, match="fewer than seq_len"):
+        assert token_batches([[1, 2, 3], [4, 5]], 8)[0].tolist() == [[1, 2, 3, 4, 5]]
     assert len(token_batches(torch.arange(40).view(2, 20), 10, max_batches=3)) == 3
     with pytest.raises(ValueError, match="vocab_size >= 256"):
         token_batches("abc", 4, vocab_size=100)

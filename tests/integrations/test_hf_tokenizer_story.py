@@ -19,7 +19,13 @@ from aah.integrations.hf.load import load_model, resolve_tokenizer
 from aah.integrations.hf.search import search_plan
 from aah.integrations.hf.sweep import budget_sweep
 
-OPTIONS = {"seq_len": 32, "candidates": [4, 8, 16, 32], "max_batches": 2, "sinks": 1}
+OPTIONS = {
+    "signal": "mass",
+    "seq_len": 32,
+    "candidates": [4, 8, 16, 32],
+    "max_batches": 2,
+    "sinks": 1,
+}
 
 
 @pytest.fixture(scope="module")

@@ -126,7 +126,13 @@ def _search_loaded(
         "max_batches": args.max_batches, "sample_queries": args.sample_queries,
         "seed": args.seed, "tokenizer": tokenizer, "sinks": args.sinks,
     }  # fmt: skip
-    text = texts.items["text"][2]
+    if "text" in texts.items:
+        text: Any = texts.items["text"][2]
+    else:  # the shipped mix, cut at T: what `search_plan` reads when given no text
+        from aah.integrations.hf.search import shipped_mix
+
+        text = shipped_mix(model, tokenizer, t, args.max_batches)
+        print(f"calibrating on the shipped mix: {len(text)} blocks of {t} tokens", flush=True)
     plan = search_plan(
         model, text, budget, kv_budget=kv_budget, signal=args.signal, suffix=args.suffix,
         progress=True, **options,

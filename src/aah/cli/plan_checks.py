@@ -74,7 +74,8 @@ def check_plan_arguments(args: argparse.Namespace) -> None:
     """ValueError naming the first bad argument of `plan search` or `plan apply`."""
     check_counts(args)
     check_model(args.model)
-    read_text(args.text, "--text")
+    if args.text is not None:  # `plan search` without it reads the shipped mix
+        read_text(args.text, "--text")
     if args.action == "search":
         check_budget_flags(args.budget, args.budget_kv_mb, args.sinks)
         check_output(args.out, "--out")

@@ -28,6 +28,7 @@ their KV bytes count the capped window, as `PerHeadCache` stores it.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -335,6 +336,30 @@ def plan_from_loss(
     )
 
 
+#: blocks of the shipped mix a search reads when given no text
+MIX_BLOCKS = 8
+
+
+def model_positions(model: torch.nn.Module, seq_len: int | None) -> int:
+    """`seq_len` (default `DEFAULT_SEQ_LEN`) capped by the model's maximum position count."""
+    config = model.config
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    t = seq_len or DEFAULT_SEQ_LEN
+    return min(t, int(limit)) if limit is not None else t
+
+
+def shipped_mix(
+    model: torch.nn.Module, tokenizer: Any | None, seq_len: int | None, n_blocks: int
+) -> list[list[int]]:
+    """`n_blocks` blocks of the shipped calibration mix (`hf.calibration_mix`) at the T a
+    search of `seq_len` runs at, read with `tokenizer` (bytes for a byte-level model)."""
+    from aah.integrations.hf.calibration_mix import calibration_mix
+
+    vocab = getattr(model.config, "vocab_size", None)
+    t = model_positions(model, seq_len)
+    return calibration_mix(tokenizer, seq_len=t, n_blocks=n_blocks, vocab_size=vocab)
+
+
 def calibration_batches(
     model: torch.nn.Module,
     data: TextLike,
@@ -345,12 +370,8 @@ def calibration_batches(
     tokenizer: Any | None = None,
 ) -> list[torch.Tensor]:
     """`data` as token batches for `model`, T capped by its maximum position count."""
-    config = model.config
-    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    t = seq_len or DEFAULT_SEQ_LEN
-    if limit is not None:
-        t = min(t, int(limit))
-    vocab = getattr(config, "vocab_size", None)
+    t = model_positions(model, seq_len)
+    vocab = getattr(model.config, "vocab_size", None)
     return token_batches(
         data,
         t,
@@ -363,7 +384,7 @@ def calibration_batches(
 
 def search_plan(
     model: torch.nn.Module,
-    calib: TextLike,
+    calib: TextLike | None = None,
     budget: float | None = None,
     *,
     kv_budget: int | None = None,
@@ -376,16 +397,19 @@ def search_plan(
     sample_queries: int = 64,
     seed: int = 0,
     tokenizer: Any | None = None,
-    signal: str = "mass",
+    signal: str = "output",
     suffix: int | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> SearchedPlan:
     """Measure mass (or loss costs) on `calib`, then allocate windows per KV head (module
     docstring).
 
     Args:
         model: a supported transformers causal LM; left as it was on return.
-        calib: calibration text or token ids (see `hf.data`).
+        calib: calibration text or token ids (see `hf.data`); None (the default): the
+            shipped calibration mix (`hf.calibration_mix`: English reference prose and Python
+            source from the running Python's standard library), `max_batches` blocks of T
+            tokens (8 when not given).
         budget: the plan's causal coverage cap (sinks included), in (0, 1]; or
         kv_budget: the cap on KV bytes per sequence after T positions; or
         kv_fraction: that cap as a fraction in (0, 1] of the full cache's bytes at T (one of
@@ -394,20 +418,25 @@ def search_plan(
         seq_len: calibration length T (default 512, capped by the model and the data).
         candidates: ascending windows (default `default_candidates(T)`).
         sample_queries: exact attention rows per head and batch (mass signal).
-        signal: "mass" (attention mass beyond each window, one pass), "output" (the squared
-            change of each head's residual-stream contribution, `hf.output_error`, one pass;
-            the better allocation on pretrained models, docs/pretrained.md), "output+retrieval"
-            (the output signal plus the same at the answer rows of 16 retrieval prompts
-            built on the calibration text, equally weighted: keeps the heads that fetch far
-            facts, `measure_retrieval_blend`), "loss" (the loss rise
+        signal: "output" (the default: the squared change of each head's residual-stream
+            contribution, `hf.output_error`, one pass; the allocation that beat one uniform
+            window on every kind of text measured, docs/pretrained.md), "mass" (attention mass
+            beyond each window, one pass), "output+retrieval" (the output signal blended with
+            the same change at the answer rows of 16 retrieval prompts built on the
+            calibration text, equally weighted, `measure_retrieval_blend`), "loss" (the loss rise
             of cutting each KV head alone to each window: one pass per (KV head, candidate <
             T), `hf.ablation`) or "suffix-loss" (the same rise over the last `suffix` tokens
             of each block, the context before them frozen at full attention: each cut reruns
             only those tokens, `hf.suffix_loss`).
         suffix: the tokens the "suffix-loss" signal scores per block (default T // 16).
-        progress: a progress bar over the calibration passes.
+        progress: a progress bar over the calibration passes (None: when stderr is a
+            terminal).
     """
     tokenizer = resolve_tokenizer(model, tokenizer)  # the one `load_model` tied, if not given
+    if progress is None:
+        progress = sys.stderr.isatty()
+    if calib is None:
+        calib = shipped_mix(model, tokenizer, seq_len, max_batches or MIX_BLOCKS)
     check_signal(signal)
     if kv_fraction is None:
         check_budget(budget, kv_budget)
