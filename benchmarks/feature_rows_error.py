@@ -20,7 +20,7 @@ from aah.controller.head_stats import attention_stats, sample_rows
 from aah.controller.options import AdaptiveOptions
 from aah.data.dataset import load_tokens
 from aah.data.loader import spread_windows
-from aah.train.load import load_run
+from aah.training.load import load_run
 
 
 def first_decision(cfg, acts, feature_rows: int) -> list[list[int]]:  # type: ignore[no-untyped-def]

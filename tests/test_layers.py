@@ -15,11 +15,11 @@ ALLOWED: dict[str, set[str]] = {
     "data": {"atomic", "validate"},
     "controller": {"attention", "plan", "records", "textfile", "validate"},
     "eval": {"model", "data", "attention", "controller", "plan"},
-    "train": {"model", "data", "controller", "eval", "plan", "records", "atomic", "validate"},
-    "sweep": {"train", "controller", "records", "textfile", "validate"},
-    "report": {"records", "sweep", "train", "controller", "data", "attention"},
+    "training": {"model", "data", "controller", "eval", "plan", "records", "atomic", "validate"},
+    "sweep": {"training", "controller", "records", "textfile", "validate"},
+    "report": {"records", "sweep", "training", "controller", "data", "attention"},
     "posthoc": {
-        "train",
+        "training",
         "eval",
         "model",
         "data",
@@ -31,6 +31,7 @@ ALLOWED: dict[str, set[str]] = {
         "plan",
     },
     "integrations": {"attention", "choices", "controller", "model", "plan", "validate"},
+    "hf": {"integrations", "plan"},
 }
 BELOW_CLI = set(TOP) - {"cli", "bench", "__main__"}
 

@@ -3,7 +3,7 @@
 
 `typing.get_args` reads the names back: `get_args(Position)` is ("rope", "learned", "none",
 "alibi", "relative"); nested Literals flatten in order. The config layer validates a field
-typed with one of these from the type itself (aah.train.fields, aah.validate).
+typed with one of these from the type itself (aah.training.fields, aah.validate).
 """
 
 from __future__ import annotations

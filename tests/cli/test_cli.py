@@ -111,7 +111,7 @@ def test_sigint_checkpoints_and_exits_130(tmp_path, tiny_corpus):
             proc.kill()
     assert proc.returncode == 130, stderr[-2000:]
     assert "--resume" in stdout
-    from aah.train.checkpoint import load_checkpoint
+    from aah.training.checkpoint import load_checkpoint
 
     step = load_checkpoint(run / "checkpoints" / "last.pt")["step"]
     assert step >= 3

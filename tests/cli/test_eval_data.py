@@ -73,7 +73,7 @@ def test_the_train_split_is_not_labelled_val(run, capsys):
 def test_layout_spread_scores_windows_from_the_whole_split(run, capsys):
     from aah.data import load_tokens
     from aah.eval.evaluate import evaluate_loss
-    from aah.train.load import load_run
+    from aah.training.load import load_run
 
     first, _ = eval_json(capsys, run[0], "--batches", "1")
     spread, _ = eval_json(capsys, run[0], "--batches", "1", "--layout", "spread")

@@ -6,8 +6,8 @@ import argparse
 import pytest
 
 from aah.cli import build_parser, main
-from aah.train.fields import field_types
-from aah.train.run_config import SECTIONS, controller_types
+from aah.training.fields import field_types
+from aah.training.run_config import SECTIONS, controller_types
 
 
 def subparser(*path):

@@ -11,7 +11,7 @@ import pytest
 from aah.cli import main
 from aah.data import DataConfig, load_tokens
 from aah.data.loader import answer_marks
-from aah.train.run_config import RunConfig
+from aah.training.run_config import RunConfig
 
 RUN_KEYS = {"step", "train_loss", "val_loss", "acr", "causal_coverage", "tokens_per_s"}
 SUMMARY_KEYS = {

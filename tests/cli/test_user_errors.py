@@ -61,7 +61,7 @@ def test_a_static_plan_that_is_not_json_names_the_file(tmp_path, tiny_corpus, ca
 
 
 def test_disk_full_while_checkpointing(tmp_path, tiny_corpus, capsys, monkeypatch):
-    from aah.train import session
+    from aah.training import session
 
     def full(path, payload):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -156,7 +156,7 @@ def test_resuming_refuses_a_new_policy_or_option(tmp_path, policy, extra, named)
     import argparse
 
     from aah.cli.train_cmd import resolve_config
-    from aah.train.run_config import RunConfig
+    from aah.training.run_config import RunConfig
 
     run = tmp_path / "run"
     run.mkdir()

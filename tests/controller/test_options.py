@@ -18,7 +18,7 @@ from aah.controller.options import (
     names_of,
     option_types,
 )
-from aah.train.run_config import RunConfig
+from aah.training.run_config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -158,8 +158,8 @@ def test_utf8_pieces_stream_across_multibyte_boundaries():
 
 
 def test_cli_streams_text_for_a_trained_run(tmp_path, monkeypatch):
-    from aah.train.loop import train
-    from aah.train.run_config import RunConfig
+    from aah.training.loop import train
+    from aah.training.run_config import RunConfig
 
     monkeypatch.setenv("AAH_CACHE_DIR", str(tmp_path / "cache"))
     corpus = tmp_path / "corpus.txt"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from aah import records
 from aah.sweep.results import write_csv
-from aah.train.run_config import RunConfig
+from aah.training.run_config import RunConfig
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 T, BATCH, STEPS, EVAL_EVERY = 64, 2, 40, 10

@@ -132,7 +132,7 @@ def test_missing_suite_file_is_an_error_with_exit_2(tmp_path, capsys):
 
 
 def test_a_suite_file_also_trains_as_a_plain_config(tmp_path, tiny_corpus):
-    from aah.train.run_config import RunConfig
+    from aah.training.run_config import RunConfig
 
     config = RunConfig.from_toml(suite_file(tmp_path, tiny_corpus))
     assert config.model.n_layer == 2  # the [sweep] table is ignored by `aah train`

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from aah.train import checkpoint as ckpt
+from aah.training import checkpoint as ckpt
 
 
 def payload(value: float, size: int = 1000):
@@ -64,7 +64,7 @@ def test_write_failing_midway_keeps_previous(tmp_path, monkeypatch):
 
 KILL_SCRIPT = """
 import sys, torch
-from aah.train.checkpoint import save_checkpoint
+from aah.training.checkpoint import save_checkpoint
 path = sys.argv[1]
 torch.manual_seed(0)
 big = torch.randn(4_000_000)

@@ -8,11 +8,11 @@ import pytest
 import torch
 from train_helpers import tiny_config
 
-from aah.train import loop
-from aah.train import step as train_step
-from aah.train.checkpoint import load_checkpoint
-from aah.train.divergence import TrainingDiverged
-from aah.train.schedule import learning_rate
+from aah.training import loop
+from aah.training import step as train_step
+from aah.training.checkpoint import load_checkpoint
+from aah.training.divergence import TrainingDiverged
+from aah.training.schedule import learning_rate
 
 
 def strict_json(text: str):

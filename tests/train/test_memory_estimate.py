@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from aah.model import GPT, GPTConfig
-from aah.train import memory_estimate
-from aah.train.memory_estimate import check_memory, parameter_count, training_bytes_lower_bound
+from aah.training import memory_estimate
+from aah.training.memory_estimate import check_memory, parameter_count, training_bytes_lower_bound
 
 
 @pytest.mark.parametrize("kv", [1, 2, 4])

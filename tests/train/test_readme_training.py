@@ -35,8 +35,8 @@ def test_the_readme_training_example_runs(tmp_path, tiny_corpus) -> None:
 
 
 def test_aah_train_exports_each_public_name() -> None:
-    import aah.train
+    import aah.training
 
-    assert sorted(aah.train.__all__) == sorted(aah.train._EXPORTS)
-    for name in aah.train.__all__:
-        assert getattr(aah.train, name).__name__ == name
+    assert sorted(aah.training.__all__) == sorted(aah.training._EXPORTS)
+    for name in aah.training.__all__:
+        assert getattr(aah.training, name).__name__ == name

@@ -10,8 +10,8 @@ from train_helpers import assert_resume_is_bit_for_bit, metrics, tiny_config
 
 from aah.controller import make_policy
 from aah.controller.config import ControllerConfig
-from aah.train.checkpoint import load_checkpoint
-from aah.train.loop import train
+from aah.training.checkpoint import load_checkpoint
+from aah.training.loop import train
 
 SOURCE = {
     "train.max_steps": "20",

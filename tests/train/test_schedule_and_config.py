@@ -2,9 +2,9 @@ import math
 
 import pytest
 
-from aah.train.config import TrainConfig
-from aah.train.run_config import RunConfig
-from aah.train.schedule import learning_rate
+from aah.training.config import TrainConfig
+from aah.training.run_config import RunConfig
+from aah.training.schedule import learning_rate
 
 
 def test_schedule_warmup_then_cosine_to_floor():

@@ -8,8 +8,8 @@ from train_helpers import assert_resume_is_bit_for_bit, tiny_config
 
 from aah.controller import POLICIES
 from aah.controller.config import REPLAY_POLICIES
-from aah.train.checkpoint import load_checkpoint
-from aah.train.loop import train
+from aah.training.checkpoint import load_checkpoint
+from aah.training.loop import train
 
 FROM_FILE = ("static", *REPLAY_POLICIES)
 

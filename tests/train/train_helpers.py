@@ -5,9 +5,9 @@ from pathlib import Path
 
 import torch
 
-from aah.train.checkpoint import load_checkpoint
-from aah.train.loop import TIMING_KEYS, train
-from aah.train.run_config import RunConfig
+from aah.training.checkpoint import load_checkpoint
+from aah.training.loop import TIMING_KEYS, train
+from aah.training.run_config import RunConfig
 
 
 def tiny_config(corpus: str, **overrides: str) -> RunConfig:

@@ -27,7 +27,7 @@ from aah.controller import QKV, ControllerConfig, Policy, make_policy
 from aah.controller.options import Scheduled
 from aah.eval.evaluate import plan_diagnostics
 from aah.model import GPT, GPTConfig
-from aah.train.distributed import resolve_device
+from aah.training.distributed import resolve_device
 
 POLICIES = (
     "budget",

@@ -33,8 +33,8 @@ def default_text(field: dataclasses.Field) -> str:
 
 def fields_text() -> str:
     """One line per field of every section: --section.field, type, default."""
-    from aah.train.fields import field_types
-    from aah.train.run_config import SECTIONS
+    from aah.training.fields import field_types
+    from aah.training.run_config import SECTIONS
 
     lines = ["config fields (--SECTION.FIELD VALUE, or FIELD = VALUE under [SECTION] in TOML):"]
     for section, cls in SECTIONS.items():

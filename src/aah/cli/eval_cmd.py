@@ -80,8 +80,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     from aah.eval.context_use import cut_window_curve, parse_cuts
     from aah.eval.evaluate import peak_rss_mb, plan_diagnostics
     from aah.eval.windowmap import window_map
-    from aah.train.distributed import resolve_device
-    from aah.train.load import load_run
+    from aah.training.distributed import resolve_device
+    from aah.training.load import load_run
 
     cuts = parse_cuts(args.cut_windows) if args.cut_windows else None
     device = resolve_device(args.device, what="--device")
@@ -145,7 +145,7 @@ def _corpus_source(args, model, config, payload, batch_size, device) -> dict[str
     """A split of the run's corpus, scored like the training loop's evaluations."""
     from aah.data import load_tokens
     from aah.eval.evaluate import evaluate_loss
-    from aah.train import fingerprint
+    from aah.training import fingerprint
 
     split = args.split or "val"
     splits = load_tokens(config.data, seq_len=config.seq_len)

@@ -90,8 +90,8 @@ def _run_dir_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
     from aah.model.generate import stream
     from aah.model.sampling import Sampling
     from aah.plan import WindowPlan
-    from aah.train.distributed import resolve_device
-    from aah.train.load import load
+    from aah.training.distributed import resolve_device
+    from aah.training.load import load
 
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
     ids = ByteTokenizer().encode(args.prompt)

@@ -36,7 +36,7 @@ def plan_in_force(run_dir: Path) -> tuple[list[list[int]], dict[str, object]]:
     from aah import records
 
     if (run_dir / records.CHECKPOINT).exists():
-        from aah.train.checkpoint import load_checkpoint
+        from aah.training.checkpoint import load_checkpoint
 
         payload = load_checkpoint(run_dir / records.CHECKPOINT)
         config = payload["config"]

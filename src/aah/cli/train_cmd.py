@@ -69,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def resolve_config(args: argparse.Namespace, extra: list[str]):  # -> RunConfig
-    from aah.train.run_config import RunConfig
+    from aah.training.run_config import RunConfig
 
     overrides = parse_overrides(extra)
     if args.resume:
@@ -95,8 +95,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         raise ValueError("--out cannot differ from --resume")
     run_dir = Path(args.resume or args.out or default_run_dir(config.controller.policy))
     from aah.cli.report import print_summary
-    from aah.train.divergence import TrainingDiverged
-    from aah.train.loop import train
+    from aah.training.divergence import TrainingDiverged
+    from aah.training.loop import train
 
     main_rank = os.environ.get("RANK", "0") == "0"
     if main_rank:

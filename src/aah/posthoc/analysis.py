@@ -29,7 +29,7 @@ from aah.eval.head_ablation import loss_ablation
 from aah.eval.recall import RecallCounter
 from aah.model import GPT
 from aah.posthoc.plans import AAH, BUDGETED, NEEDS_ABLATION, aah_plan, budgeted_plan
-from aah.train.load import load_run
+from aah.training.load import load_run
 from aah.validate import check_int
 
 

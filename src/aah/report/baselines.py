@@ -20,7 +20,7 @@ import numpy as np
 
 from aah.data import load_tokens
 from aah.data.loader import eval_starts, windows_at
-from aah.train.run_config import RunConfig
+from aah.training.run_config import RunConfig
 
 VOCAB = 256
 

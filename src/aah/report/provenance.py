@@ -1,5 +1,5 @@
 """Versions, commits and dates as the reports show them: what the runs recorded in their
-summary.json (aah.train.provenance), and what generated the report."""
+summary.json (aah.training.provenance), and what generated the report."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def run_summaries(run_dirs: Iterable[Path]) -> list[dict[str, Any]]:
 
 def suite_lines(run_dirs: Iterable[Path]) -> list[str]:
     """Markdown lines: what trained the cells, and what generated this report."""
-    from aah.train.provenance import provenance
+    from aah.training.provenance import provenance
 
     seen = recorded(run_summaries(run_dirs))
     if any(seen.values()):

@@ -29,7 +29,7 @@ from typing import Any
 
 from aah.controller.config import POLICIES
 from aah.textfile import read_utf8
-from aah.train.run_config import RunConfig
+from aah.training.run_config import RunConfig
 from aah.validate import check_int
 
 SWEEP_KEYS = ("name", "regimes", "seeds", "variants")

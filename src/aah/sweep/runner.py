@@ -71,7 +71,7 @@ FREE_FIELDS = frozenset({"train.threads", "train.device", "train.log_interval"})
 
 def check_unchanged(cell: Cell, run_dir: Path) -> None:
     """ValueError if a started cell was run with a config other than the suite's now."""
-    from aah.train.run_config import RunConfig
+    from aah.training.run_config import RunConfig
 
     if not (run_dir / records.CONFIG).exists():
         return

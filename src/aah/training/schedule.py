@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from aah.train.config import TrainConfig
+from aah.training.config import TrainConfig
 
 
 def learning_rate(step: int, cfg: TrainConfig) -> float:

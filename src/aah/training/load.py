@@ -9,8 +9,8 @@ import torch
 
 from aah import records
 from aah.model import GPT
-from aah.train.checkpoint import load_run_checkpoint
-from aah.train.run_config import RunConfig
+from aah.training.checkpoint import load_run_checkpoint
+from aah.training.run_config import RunConfig
 
 
 def load_run(

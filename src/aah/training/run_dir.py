@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from aah import records
-from aah.train import distributed as dist_util
+from aah.training import distributed as dist_util
 
 LOCK = "train.lock"
 

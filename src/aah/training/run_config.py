@@ -20,9 +20,9 @@ from aah.controller.config import PolicyName
 from aah.controller.options import option_types
 from aah.data import DataConfig
 from aah.model.config import GPTConfig
-from aah.train.config import TrainConfig
-from aah.train.fields import coerce, field_types
-from aah.train.toml_writer import dumps_toml
+from aah.training.config import TrainConfig
+from aah.training.fields import coerce, field_types
+from aah.training.toml_writer import dumps_toml
 
 
 def controller_types() -> dict[str, Any]:

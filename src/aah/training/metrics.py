@@ -9,10 +9,10 @@ import torch
 
 from aah.data import TokenSplits
 from aah.eval.evaluate import evaluate_loss, peak_rss_mb, plan_diagnostics
-from aah.train import distributed as dist_util
-from aah.train import fingerprint
-from aah.train.provenance import provenance
-from aah.train.state import Counters, TrainState
+from aah.training import distributed as dist_util
+from aah.training import fingerprint
+from aah.training.provenance import provenance
+from aah.training.state import Counters, TrainState
 
 
 def log_record(

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from aah import records
-from aah.train import distributed as dist_util
+from aah.training import distributed as dist_util
 
 #: how many times a uniform guess's loss counts as an explosion.
 EXPLOSION_FACTOR = 10.0

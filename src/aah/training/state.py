@@ -16,9 +16,9 @@ from aah.data import BatchLoader, TokenSplits
 from aah.data.loader import spread_windows
 from aah.eval.cut_probe import CutProbe
 from aah.model import GPT
-from aah.train.config import TrainConfig
-from aah.train.distributed import DistInfo
-from aah.train.run_config import RunConfig
+from aah.training.config import TrainConfig
+from aah.training.distributed import DistInfo
+from aah.training.run_config import RunConfig
 
 
 @dataclass
@@ -47,7 +47,7 @@ class TrainState:
     info: DistInfo
     device: torch.device
     run_dir: Path
-    data_fingerprint: str  # content hash of the token splits (aah.train.fingerprint)
+    data_fingerprint: str  # content hash of the token splits (aah.training.fingerprint)
     wall_start: float  # time.perf_counter() when this invocation started
     counters: Counters = field(default_factory=Counters)
 

@@ -6,11 +6,11 @@ from dataclasses import asdict
 from typing import Any
 
 from aah import records
-from aah.train import fingerprint
-from aah.train.checkpoint import FORMAT, rng_state, save_checkpoint, set_rng_state
-from aah.train.distributed import gather_objects
-from aah.train.metrics import wall_seconds
-from aah.train.state import Counters, TrainState
+from aah.training import fingerprint
+from aah.training.checkpoint import FORMAT, rng_state, save_checkpoint, set_rng_state
+from aah.training.distributed import gather_objects
+from aah.training.metrics import wall_seconds
+from aah.training.state import Counters, TrainState
 
 
 def checkpoint_payload(state: TrainState) -> dict[str, Any] | None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from aah.data import TokenSplits
-from aah.train import fingerprint
-from aah.train.run_config import RunConfig
+from aah.training import fingerprint
+from aah.training.run_config import RunConfig
 
 
 def check_splits(splits: TokenSplits, config: RunConfig) -> None:

@@ -2,7 +2,7 @@
 
 File layout: one `torch.save` of the payload dict, which holds beside its own keys an
 "integrity" entry: {"scheme", "sha256"}, the digest of a canonical walk over every other key
-(names, tensor dtypes, shapes and bytes, numbers, strings; aah.train.integrity). Writes go
+(names, tensor dtypes, shapes and bytes, numbers, strings; aah.training.integrity). Writes go
 through `aah.atomic` (temp file in the same folder, fsync, `os.replace`), so a crash
 mid-write leaves the previous checkpoint intact. Loading verifies the digest and raises
 ValueError on any mismatch or truncation. Files of the earlier layout (a magic line and the
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from aah.atomic import write_bytes_atomic
-from aah.train.integrity import INTEGRITY, SCHEME, payload_digest
+from aah.training.integrity import INTEGRITY, SCHEME, payload_digest
 
 #: the earlier layout's header: magic line, sha256 hex of the payload, newline.
 MAGIC = b"AAHCKPT1\n"

@@ -1,6 +1,6 @@
 """One optimizer step of the loop: micro-batches, the divergence guard, the control update,
 the metrics line and the checkpoint when due. `Invocation` holds what one invocation of
-`aah.train.loop.train` keeps beside the `TrainState` (the bar, the guard, the last metrics)."""
+`aah.training.loop.train` keeps beside the `TrainState` (the bar, the guard, the last metrics)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from tqdm import tqdm
 
 from aah import records
 from aah.data import TokenSplits
-from aah.train import distributed as dist_util
-from aah.train import session
-from aah.train.divergence import DivergenceGuard
-from aah.train.metrics import eval_record, log_record
-from aah.train.schedule import learning_rate
-from aah.train.state import TrainState
+from aah.training import distributed as dist_util
+from aah.training import session
+from aah.training.divergence import DivergenceGuard
+from aah.training.metrics import eval_record, log_record
+from aah.training.schedule import learning_rate
+from aah.training.state import TrainState
 
 #: what the guard measured when an update, not the loss it came from, wrecked the weights.
 AFTER_UPDATE = "loss after the update"

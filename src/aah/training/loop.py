@@ -1,6 +1,6 @@
 """The training loop: AdamW, warm-up + cosine LR, accumulation, clipping, control updates,
 periodic eval, JSONL metrics, atomic checkpoints, exact resume, graceful stop, DDP, a
-divergence guard (aah.train.divergence) and a run-directory lock (aah.train.run_dir).
+divergence guard (aah.training.divergence) and a run-directory lock (aah.training.run_dir).
 The run's live objects are one `TrainState` (state.py), shared with the checkpoint
 (session.py) and the metrics (metrics.py); one optimizer step is step.py.
 
@@ -27,17 +27,17 @@ from tqdm import tqdm
 
 from aah import records
 from aah.data import TokenSplits, load_tokens
-from aah.train import distributed as dist_util
-from aah.train import preflight, session
-from aah.train.checkpoint import load_run_checkpoint
-from aah.train.divergence import DivergenceGuard, TrainingDiverged, loss_limit
-from aah.train.memory_estimate import check_memory
-from aah.train.metrics import eval_record, summary_record
-from aah.train.run_config import RunConfig
-from aah.train.run_dir import claim
-from aah.train.signals import StopRequest
-from aah.train.state import TrainState, build_state
-from aah.train.step import AFTER_UPDATE, Invocation, optimizer_step
+from aah.training import distributed as dist_util
+from aah.training import preflight, session
+from aah.training.checkpoint import load_run_checkpoint
+from aah.training.divergence import DivergenceGuard, TrainingDiverged, loss_limit
+from aah.training.memory_estimate import check_memory
+from aah.training.metrics import eval_record, summary_record
+from aah.training.run_config import RunConfig
+from aah.training.run_dir import claim
+from aah.training.signals import StopRequest
+from aah.training.state import TrainState, build_state
+from aah.training.step import AFTER_UPDATE, Invocation, optimizer_step
 
 #: metrics keys that measure time; everything else is a pure function of config and seed.
 TIMING_KEYS = (

@@ -1,0 +1,34 @@
+"""Per-head windows inside Hugging Face transformers models: the short path to the integration.
+
+    import aah.hf
+
+    model, tokenizer = aah.hf.load_model("path/to/model.gguf")  # a .gguf, a folder or a hub name
+    plan = aah.hf.search_plan(model, kv_fraction=0.3, sinks=4)  # the shipped calibration mix
+    aah.hf.apply(model, plan)                                    # the plan's windows and sinks
+    cache = aah.hf.per_head_cache(model, max_cache_len=4096)     # keeps only what each head reads
+    model.generate(ids, cache=cache, max_new_tokens=64)
+    aah.hf.remove(model)                                         # back to the model's attention
+
+Everything here is re-exported from `aah.integrations.hf` (docs/hf.md); this module holds no
+logic of its own. Importing it imports torch, and transformers only when a function needs it.
+"""
+
+from __future__ import annotations
+
+from aah.integrations.hf import apply, current_plan, current_sinks, per_head_cache, remove
+from aah.integrations.hf.calibration_mix import calibration_mix
+from aah.integrations.hf.load import load_model
+from aah.integrations.hf.search import search_plan
+from aah.plan import WindowPlan
+
+__all__ = [
+    "WindowPlan",
+    "apply",
+    "calibration_mix",
+    "current_plan",
+    "current_sinks",
+    "load_model",
+    "per_head_cache",
+    "remove",
+    "search_plan",
+]
