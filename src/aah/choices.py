@@ -27,7 +27,7 @@ Position = Literal["rope", "learned", "none", ScoreBiasPosition]
 Norm = Literal["layernorm", "rmsnorm"]
 
 #: what a Hugging Face plan search allocates on (aah.integrations.hf.search).
-SearchSignal = Literal["mass", "output", "output+retrieval", "loss", "suffix-loss"]
+SearchSignal = Literal["output", "mass", "output+retrieval", "retrieval", "loss", "suffix-loss"]
 
 #: the engines of `aah.attention.windowed_attention` (implemented in attention/registry.py).
 BackendName = Literal["reference", "dense", "banded", "grouped", "flex", "flash"]

@@ -19,16 +19,24 @@ from aah.integrations.hf import apply, current_plan, current_sinks, per_head_cac
 from aah.integrations.hf.calibration_mix import calibration_mix
 from aah.integrations.hf.load import load_model
 from aah.integrations.hf.search import search_plan
+from aah.integrations.hf.signal_registry import make_signal, register_signal, signal_names
+from aah.integrations.hf.signals import Blend, SearchContext, Signal
 from aah.plan import WindowPlan
 
 __all__ = [
+    "Blend",
+    "SearchContext",
+    "Signal",
     "WindowPlan",
     "apply",
     "calibration_mix",
     "current_plan",
     "current_sinks",
     "load_model",
+    "make_signal",
     "per_head_cache",
+    "register_signal",
     "remove",
     "search_plan",
+    "signal_names",
 ]

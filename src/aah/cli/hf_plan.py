@@ -81,9 +81,11 @@ def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--signal",
-        choices=SIGNALS,
+        metavar="NAME",
         default="output",
-        help="what to allocate on: 'output' (default), the squared change of each head's "
+        help=f"what to allocate on, one of {', '.join(SIGNALS)} or a signal registered with "
+        "aah.hf.register_signal in the running process: 'output' (default), the squared "
+        "change of each head's "
         "contribution to the residual stream (values and output projection included), one "
         "forward (it beat one uniform window on every kind of text measured on SmolLM2-135M, "
         "docs/pretrained.md); 'mass', attention mass beyond each window, one forward over the "

@@ -174,10 +174,10 @@ def print_search_summary(
     cap = f"{plan.budget / MB:.3f} KV MB" if kv_capped else f"causal coverage {plan.budget}"
     expected = (
         f"summed single-KV-head loss rise {plan.loss_increase:.4f} nats"
-        if plan.signal in ("loss", "suffix-loss")
+        if plan.loss_increase is not None
         else f"expected lost mass {plan.lost_mass:.4f}"
-        if plan.signal == "mass"
-        else "allocated on each head's residual-stream change"
+        if plan.lost_mass is not None
+        else f"allocated on the {plan.signal} signal"
     )
     print(
         f"plan for {plan.model} at T={t} ({plan.signal} signal, {sinks} sinks per head), budget "

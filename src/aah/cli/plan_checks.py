@@ -8,12 +8,8 @@ import argparse
 import importlib.util
 import os
 from pathlib import Path
-from typing import get_args
 
-from aah.choices import SearchSignal
 from aah.textfile import read_utf8
-
-SIGNALS = get_args(SearchSignal)
 
 
 def check_model(name: str) -> None:
@@ -133,11 +129,15 @@ def check_budget_flags(budget: float | None, kv_mb: float | None, sinks: int) ->
 
 
 def check_signal_flag(signal: str, heldout: str | None) -> None:
-    """--signal is one of SIGNALS; the --heldout budget sweep allocates on mass only."""
-    if signal not in SIGNALS:
-        raise ValueError(f"--signal must be one of {', '.join(SIGNALS)}, got {signal!r}")
+    """--signal names a known signal (`hf.signal_registry`); the --heldout budget sweep
+    allocates on mass only."""
+    from aah.integrations.hf.signal_registry import signal_names
+
+    if signal not in signal_names():
+        raise ValueError(f"--signal must be one of {', '.join(signal_names())}, got {signal!r}")
     if signal != "mass" and heldout:
         raise ValueError(
-            f"--heldout sweeps budgets on the mass signal only; with --signal {signal} write the "
-            "plan, then score it with `aah plan apply --plan FILE --text HELDOUT`"
+            f"--heldout sweeps budgets on the mass signal only: add --signal mass, or with "
+            f"--signal {signal} write the plan, then score it with `aah plan apply --plan FILE "
+            "--text HELDOUT`"
         )

@@ -95,6 +95,16 @@ class KVAllocation:
     lost_mass: float  # mean over query heads of the chosen mass (given the sinks)
 
 
+def kv_head_costs(per_query_head: torch.Tensor, n_kv_head: int) -> torch.Tensor:
+    """(L, Hq, n_w) -> (L, Hkv, n_w) float64: each KV head's cost, the sum over its G query
+    heads (a KV head's keys are kept for all of them, so they share one window)."""
+    n_layer, n_head, n_w = per_query_head.shape
+    if n_head % n_kv_head:
+        raise ValueError(f"{n_head} query heads do not split into {n_kv_head} KV heads")
+    group = n_head // n_kv_head
+    return per_query_head.double().reshape(n_layer, n_kv_head, group, n_w).sum(dim=2)
+
+
 def allocate_kv_heads(
     mass: torch.Tensor,
     candidates: Sequence[int],
@@ -105,18 +115,39 @@ def allocate_kv_heads(
     budget: float | None = None,
     kv_budget: int | None = None,
 ) -> KVAllocation | None:
-    """Greedy choice of one candidate per KV head (module docstring) under exactly one of
-    `budget` (causal coverage in (0, 1]) and `kv_budget` (bytes); None when even the smallest
-    window everywhere is over the cap."""
-    n_layer, n_head, n_w = mass.shape
-    n_kv = shape.n_kv_head
-    if n_head % n_kv:
-        raise ValueError(f"{n_head} query heads do not split into {n_kv} KV heads")
+    """`allocate_kv_costs` on a per-query-head signal (L, Hq, n_windows), summed per KV head."""
+    return allocate_kv_costs(
+        kv_head_costs(mass, shape.n_kv_head), candidates, seq_len, shape, n_head=mass.shape[1],
+        sinks=sinks, budget=budget, kv_budget=kv_budget,
+    )  # fmt: skip
+
+
+def allocate_kv_costs(
+    costs: torch.Tensor,
+    candidates: Sequence[int],
+    seq_len: int,
+    shape: KVShape,
+    *,
+    n_head: int,
+    sinks: int = 0,
+    budget: float | None = None,
+    kv_budget: int | None = None,
+) -> KVAllocation | None:
+    """Greedy choice of one candidate per KV head (module docstring) for costs (L, Hkv,
+    n_windows) of a model with `n_head` query heads per layer, under exactly one of `budget`
+    (causal coverage in (0, 1]) and `kv_budget` (bytes); None when even the smallest window
+    everywhere is over the cap."""
+    n_layer, n_kv, n_w = costs.shape
+    if n_kv != shape.n_kv_head or n_head % n_kv:
+        raise ValueError(
+            f"costs have {n_kv} KV heads per layer, the model {shape.n_kv_head} (of {n_head} "
+            "query heads)"
+        )
     if len(shape.sliding) != n_layer:
-        raise ValueError(f"shape has {len(shape.sliding)} layers, mass has {n_layer}")
+        raise ValueError(f"shape has {len(shape.sliding)} layers, the costs have {n_layer}")
     check_int("sinks", sinks, minimum=0)
     group = n_head // n_kv
-    units = mass.double().reshape(n_layer * n_kv, group, n_w).sum(dim=1).numpy()
+    units = costs.double().reshape(n_layer * n_kv, n_w).numpy()
     if (budget is None) == (kv_budget is None):
         raise ValueError("give exactly one of budget (coverage) and kv_budget (bytes)")
     if budget is not None:

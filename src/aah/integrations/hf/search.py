@@ -30,30 +30,36 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import torch
 
 from aah.attention import coverage
-from aah.controller.mass import mass_beyond
-from aah.integrations.hf import layout, probing
-from aah.integrations.hf.ablation import chosen_cost, measure_loss_costs, per_query_head
+from aah.integrations.hf import layout
+from aah.integrations.hf.ablation import chosen_cost
 from aah.integrations.hf.allocate import (
     KVShape,
-    allocate_kv_heads,
+    allocate_kv_costs,
     check_candidates,
     full_kv_bytes,
+    kv_head_costs,
     kv_shape,
     plan_kv_bytes,
 )
 from aah.integrations.hf.data import TextLike, token_batches
 from aah.integrations.hf.load import resolve_tokenizer
-from aah.integrations.hf.mass import mass_beyond_given_sinks
-from aah.integrations.hf.output_error import output_error, output_projection
-from aah.integrations.hf.searched_plan import SIGNALS, SearchedPlan
-from aah.integrations.hf.suffix_loss import measure_suffix_loss_costs
-from aah.validate import check_int
+from aah.integrations.hf.measure import (  # noqa: F401  (re-exported: the measurements' old home)
+    PROBED,
+    blended,
+    measure_mass,
+    measure_output_error,
+    measure_retrieval,
+    measure_retrieval_blend,
+    measure_signal,
+)
+from aah.integrations.hf.searched_plan import SearchedPlan
+from aah.integrations.hf.signal_registry import make_signal, signal_names
+from aah.integrations.hf.signals import SearchContext, Signal
 
 DEFAULT_SEQ_LEN = 512
 
@@ -65,167 +71,10 @@ def default_candidates(seq_len: int) -> list[int]:
 
 
 def check_signal(signal: str) -> str:
-    """`signal` if it is one of `searched_plan.SIGNALS`, else ValueError naming it."""
-    if signal not in SIGNALS:
-        raise ValueError(f"signal must be one of {', '.join(SIGNALS)}, got {signal!r}")
+    """`signal` if a signal of that name is known (`hf.signal_registry`), else ValueError."""
+    if signal not in signal_names():
+        raise ValueError(f"signal must be one of {', '.join(signal_names())}, got {signal!r}")
     return signal
-
-
-def _mass_rows(
-    module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-    candidates: list[int], sinks: int, opts: dict[str, Any],
-) -> torch.Tensor:  # fmt: skip
-    if sinks:
-        return mass_beyond_given_sinks(q, k, candidates, sinks, **opts)
-    return mass_beyond(q, k, v, candidates, **opts)
-
-
-def _output_rows(
-    module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-    candidates: list[int], sinks: int, opts: dict[str, Any],
-) -> torch.Tensor:  # fmt: skip
-    return output_error(q, k, v, output_projection(module), candidates, sinks, **opts)
-
-
-#: What each one-pass signal measures per layer: (Hq, n_windows) from the layer's q, k, v.
-PROBED = {"mass": _mass_rows, "output": _output_rows}
-
-
-def measure_signal(
-    model: torch.nn.Module,
-    batches: Sequence[torch.Tensor],
-    candidates: Sequence[int],
-    signal: str = "mass",
-    *,
-    sample_queries: int = 64,
-    seed: int = 0,
-    sinks: int = 0,
-    query_rows: Sequence[Sequence[int]] | None = None,
-    progress: bool = False,
-) -> torch.Tensor:
-    """(n_layer, Hq, n_windows) float64, the mean over `batches` of a one-pass signal:
-    "mass", the attention mass beyond each candidate window and outside the first `sinks`
-    keys; "output", the squared change of each head's residual-stream contribution when cut
-    to each candidate with `sinks` sinks (`hf.output_error`). `query_rows` (output only), one
-    list of positions per batch, replaces the sampled rows: e.g. the rows that predict the
-    answer of a retrieval prompt. `progress`: a bar over the batches."""
-    if signal not in PROBED:
-        raise ValueError(f"one-pass signal must be one of {', '.join(PROBED)}, got {signal!r}")
-    cands = check_candidates(candidates)
-    check_int("sinks", sinks, minimum=0)
-    if not batches:
-        raise ValueError("no calibration batches")
-    if query_rows is not None and (signal != "output" or len(query_rows) != len(batches)):
-        raise ValueError(
-            f"query_rows needs the output signal and one list per batch ({len(batches)}), got "
-            f"{len(query_rows)} for {signal!r}"
-        )
-    rows = PROBED[signal]
-    lay = layout(model)
-    index = {id(m): i for i, m in enumerate(lay.modules)}
-    total = torch.zeros(lay.n_layer, lay.n_head, len(cands), dtype=torch.float64)
-    calls = torch.zeros(lay.n_layer)
-    batch_no = [0]
-
-    def probe(
-        module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
-    ) -> None:
-        # A fresh sample of query positions per batch.
-        opts: dict[str, Any] = {
-            "sample_queries": sample_queries,
-            "seed": seed + batch_no[0],
-            "scale": scale,
-        }
-        if query_rows is not None:
-            opts["rows"] = query_rows[batch_no[0]]
-        layer = index[id(module)]
-        total[layer] += rows(module, q.detach(), k.detach(), v.detach(), cands, sinks, opts)
-        calls[layer] += 1
-
-    was_training = model.training
-    model.eval()
-    try:
-        with probing(model, probe), torch.no_grad():
-            device = next(model.parameters()).device
-            from tqdm import tqdm
-
-            bar = tqdm(batches, desc=f"{signal} signal", unit="batch", disable=not progress)
-            for i, ids in enumerate(bar):
-                batch_no[0] = i
-                model(input_ids=ids.to(device), use_cache=False)
-    finally:
-        model.train(was_training)
-    if (calls != len(batches)).any():
-        raise RuntimeError(f"probe ran {calls.tolist()} times per layer for {len(batches)} batches")
-    return total / len(batches)
-
-
-def blended(signals: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The signals (L, Hq, n_windows) summed, each divided by its total over the heads at the
-    smallest candidate window first, so each weighs the same whatever its units and scale
-    (one signal passes through unchanged)."""
-    if len(signals) == 1:
-        return signals[0]
-    parts = []
-    for i, signal in enumerate(signals):
-        total = float(signal[..., 0].sum())
-        if not total > 0:
-            raise ValueError(f"signal {i} is zero at the smallest window: nothing to weigh")
-        parts.append(signal / total)
-    return torch.stack(parts).sum(0)
-
-
-def measure_retrieval(
-    model: torch.nn.Module,
-    batches: Sequence[torch.Tensor],
-    candidates: Sequence[int],
-    *,
-    prompts: int = 16,
-    tokenizer: Any | None = None,
-    **kw: Any,
-) -> torch.Tensor:
-    """The output signal at the answer rows of `prompts` retrieval prompts built on the
-    calibration blocks (`hf.retrieval_calib`): what cutting each head costs when the model must
-    fetch one fact from far back. `kw` as `measure_signal` (seed, sinks, progress)."""
-    from aah.integrations.hf.retrieval_calib import retrieval_prompts
-
-    blocks = [row.view(1, -1) for batch in batches for row in batch]
-    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
-    items = retrieval_prompts(blocks, tokenizer, prompts, seed=kw.get("seed", 0), vocab_size=vocab)
-    return measure_signal(model, [p.ids for p in items], candidates, "output",
-                          query_rows=[p.rows for p in items], **kw)  # fmt: skip
-
-
-def measure_retrieval_blend(
-    model: torch.nn.Module,
-    batches: Sequence[torch.Tensor],
-    candidates: Sequence[int],
-    *,
-    prompts: int = 16,
-    tokenizer: Any | None = None,
-    **kw: Any,
-) -> torch.Tensor:
-    """The "output+retrieval" signal: the output signal of the calibration text `blended` with
-    `measure_retrieval` on the same blocks, so a head that fetches one fact from far back
-    keeps the context it needs even when running text barely uses it."""
-    text = measure_signal(model, batches, candidates, "output", **kw)
-    retrieval = measure_retrieval(model, batches, candidates, prompts=prompts,
-                                  tokenizer=tokenizer, **kw)  # fmt: skip
-    return blended([text, retrieval])
-
-
-def measure_mass(
-    model: torch.nn.Module, batches: Sequence[torch.Tensor], candidates: Sequence[int], **kw: Any
-) -> torch.Tensor:
-    """`measure_signal(..., "mass", **kw)`."""
-    return measure_signal(model, batches, candidates, "mass", **kw)
-
-
-def measure_output_error(
-    model: torch.nn.Module, batches: Sequence[torch.Tensor], candidates: Sequence[int], **kw: Any
-) -> torch.Tensor:
-    """`measure_signal(..., "output", **kw)`."""
-    return measure_signal(model, batches, candidates, "output", **kw)
 
 
 def check_budget(budget: float | None, kv_budget: int | None) -> None:
@@ -240,37 +89,38 @@ def check_budget(budget: float | None, kv_budget: int | None) -> None:
         raise ValueError(f"kv_budget must be an int of bytes >= 1, got {kv_budget}")
 
 
-def plan_from_mass(
-    mass: torch.Tensor,
+def plan_from_costs(
+    costs: torch.Tensor,
     candidates: Sequence[int],
     seq_len: int,
     budget: float | None,
     model_name: str,
     *,
-    shape: KVShape | None = None,
+    n_head: int,
+    shape: KVShape,
     sinks: int = 0,
     kv_budget: int | None = None,
+    signal: str = "mass",
+    unit: str = "mass",
 ) -> SearchedPlan:
-    """One candidate per KV head (module docstring), within `budget` (causal coverage at
-    `seq_len`, in (0, 1]) or `kv_budget` (bytes per sequence after `seq_len` positions): give
-    exactly one. `shape` is the model's (`hf.allocate.kv_shape`); without it every query head
-    is its own KV head and KV bytes are not counted. `mass` must be measured with the same
-    `sinks`.
+    """One candidate per KV head (module docstring) on costs (L, Hkv, n_w) of a model with
+    `n_head` query heads per layer, measured with the same `sinks`, within `budget` (causal
+    coverage at `seq_len`, in (0, 1]) or `kv_budget` (bytes per sequence after `seq_len`
+    positions): give exactly one. The plan records `signal`, and by the costs' `unit` (see
+    `hf.signals.Signal`) the lost mass ("mass") or the summed loss rise of the chosen windows
+    ("loss", nats).
 
     Raises ValueError if the budget is out of range or below the all-smallest plan's cost.
     """
     cands = check_candidates(candidates)
-    n_layer, n_head, n_w = mass.shape
+    n_layer, _, n_w = costs.shape
     if n_w != len(cands):
-        raise ValueError(f"mass has {n_w} windows per head, {len(cands)} candidates given")
+        raise ValueError(f"the costs have {n_w} windows per head, {len(cands)} candidates given")
     check_budget(budget, kv_budget)
-    if kv_budget is not None and shape is None:
-        raise ValueError("a kv_budget needs the model's shape (hf.allocate.kv_shape)")
-    if shape is None:
-        shape = KVShape(n_head, 0, (None,) * n_layer)
-    alloc = allocate_kv_heads(
-        mass, cands, seq_len, shape, sinks=sinks, budget=budget, kv_budget=kv_budget
-    )
+    alloc = allocate_kv_costs(
+        costs, cands, seq_len, shape, n_head=n_head, sinks=sinks, budget=budget,
+        kv_budget=kv_budget,
+    )  # fmt: skip
     sink_rows = [[sinks] * n_head for _ in range(n_layer)] if sinks else None
     if alloc is None:
         smallest = [[cands[0]] * n_head for _ in range(n_layer)]
@@ -278,9 +128,12 @@ def plan_from_mass(
             floor = f"coverage {coverage(smallest, seq_len, sink_rows or 0).causal:.4f}"
         else:
             floor = f"{plan_kv_bytes(smallest, sink_rows, shape, seq_len)} KV bytes"
+        fix = "a larger budget" + (" or fewer sinks" if sinks else "")
+        if cands[0] > 1:
+            fix = "a smaller candidate window, " + fix
         raise ValueError(
             f"budget {budget if budget is not None else kv_budget} is below the smallest "
-            f"candidate's {floor} at T={seq_len}; add a smaller candidate window or fewer sinks"
+            f"candidate's {floor} at T={seq_len}; give {fix}"
         )
     kv_bytes = (
         plan_kv_bytes(alloc.windows, sink_rows, shape, seq_len) if shape.position_bytes else None
@@ -292,11 +145,38 @@ def plan_from_mass(
         candidates=cands,
         model=model_name,
         seq_len=int(seq_len),
-        lost_mass=alloc.lost_mass,
+        lost_mass=alloc.lost_mass if unit == "mass" else None,
         sinks=sink_rows,
         budget_unit="coverage" if budget is not None else "kv_bytes",
         kv_bytes=kv_bytes,
+        signal=signal,
+        loss_increase=chosen_cost(costs, alloc.windows, cands) if unit == "loss" else None,
     )
+
+
+def plan_from_mass(
+    mass: torch.Tensor,
+    candidates: Sequence[int],
+    seq_len: int,
+    budget: float | None,
+    model_name: str,
+    *,
+    shape: KVShape | None = None,
+    sinks: int = 0,
+    kv_budget: int | None = None,
+) -> SearchedPlan:
+    """`plan_from_costs` on a per-query-head mass (L, Hq, n_w), summed per KV head. `shape` is
+    the model's (`hf.allocate.kv_shape`); without it every query head is its own KV head and
+    KV bytes are not counted."""
+    n_layer, n_head, _ = mass.shape
+    if kv_budget is not None and shape is None:
+        raise ValueError("a kv_budget needs the model's shape (hf.allocate.kv_shape)")
+    if shape is None:
+        shape = KVShape(n_head, 0, (None,) * n_layer)
+    return plan_from_costs(
+        kv_head_costs(mass, shape.n_kv_head), candidates, seq_len, budget, model_name,
+        n_head=n_head, shape=shape, sinks=sinks, kv_budget=kv_budget,
+    )  # fmt: skip
 
 
 def plan_from_loss(
@@ -312,28 +192,19 @@ def plan_from_loss(
     kv_budget: int | None = None,
     signal: str = "loss",
 ) -> SearchedPlan:
-    """As `plan_from_mass` for a model of `n_head` query heads per layer, on loss costs
-    (L, Hkv, n_w) from `hf.ablation.measure_loss_costs` or
-    `hf.suffix_loss.measure_suffix_loss_costs` (non-increasing along the candidates, measured
-    with the same `sinks`) in place of the mass: the same greedy allocation per KV head and
-    budgets. The plan has that `signal`, no `lost_mass`, and `loss_increase`, the summed costs
-    of the chosen windows (nats)."""
+    """`plan_from_costs` on loss costs (L, Hkv, n_w) from `hf.ablation.measure_loss_costs` or
+    `hf.suffix_loss.measure_suffix_loss_costs`: the plan has that `signal`, no `lost_mass`, and
+    `loss_increase`, the summed costs of the chosen windows (nats)."""
     n_layer, n_kv, _ = costs.shape
     if n_kv != shape.n_kv_head or len(shape.sliding) != n_layer:
         raise ValueError(
             f"costs are {n_layer} layers x {n_kv} KV heads, the model has "
             f"{len(shape.sliding)} x {shape.n_kv_head}"
         )
-    plan = plan_from_mass(
-        per_query_head(costs, n_head), candidates, seq_len, budget, model_name,
-        shape=shape, sinks=sinks, kv_budget=kv_budget,
+    return plan_from_costs(
+        costs, candidates, seq_len, budget, model_name, n_head=n_head, shape=shape,
+        sinks=sinks, kv_budget=kv_budget, signal=check_signal(signal), unit="loss",
     )  # fmt: skip
-    return replace(
-        plan,
-        lost_mass=None,
-        signal=check_signal(signal),
-        loss_increase=chosen_cost(costs, plan.windows, plan.candidates),
-    )
 
 
 #: blocks of the shipped mix a search reads when given no text
@@ -397,7 +268,7 @@ def search_plan(
     sample_queries: int = 64,
     seed: int = 0,
     tokenizer: Any | None = None,
-    signal: str = "output",
+    signal: str | Signal = "output",
     suffix: int | None = None,
     progress: bool | None = None,
 ) -> SearchedPlan:
@@ -437,7 +308,8 @@ def search_plan(
         progress = sys.stderr.isatty()
     if calib is None:
         calib = shipped_mix(model, tokenizer, seq_len, max_batches or MIX_BLOCKS)
-    check_signal(signal)
+    if isinstance(signal, str):
+        check_signal(signal)
     if kv_fraction is None:
         check_budget(budget, kv_budget)
     elif budget is not None or kv_budget is not None:
@@ -457,28 +329,34 @@ def search_plan(
     name, shape = type(model).__name__, kv_shape(model)
     if kv_fraction is not None:
         kv_budget = max(1, int(kv_fraction * full_kv_bytes(shape, layout(model).n_layer, t)))
+    measured = resolve_signal(signal, sample_queries=sample_queries, suffix=suffix)
+    context = SearchContext(sinks=sinks, seed=seed, progress=progress, tokenizer=tokenizer)
+    costs = measured.measure(model, batches, cands, context)
+    return plan_from_costs(
+        costs, cands, t, budget, name, n_head=layout(model).n_head, shape=shape, sinks=sinks,
+        kv_budget=kv_budget, signal=measured.name, unit=measured.unit,
+    )  # fmt: skip
+
+
+def resolve_signal(
+    signal: str | Signal, *, sample_queries: int = 64, suffix: int | None = None
+) -> Signal:
+    """`signal` itself, or the registered signal of that name built with the two options
+    `search_plan` still takes as keywords (`sample_queries` for the one-pass signals, `suffix`
+    for "suffix-loss"; a Signal object carries its own options)."""
+    if not isinstance(signal, str):
+        if not isinstance(signal, Signal):
+            raise ValueError(
+                f"signal must be a name or a Signal (name, unit, measure), got {signal!r}"
+            )
+        if suffix is not None:
+            raise ValueError("suffix is an option of SuffixLoss: give SuffixLoss(suffix=...)")
+        return signal
     if suffix is not None and signal != "suffix-loss":
         raise ValueError(f"suffix is for the suffix-loss signal, not {signal!r}")
-    if signal in ("loss", "suffix-loss"):
-        if signal == "loss":
-            costs = measure_loss_costs(model, batches, cands, sinks=sinks, progress=progress)
-        else:
-            costs = measure_suffix_loss_costs(
-                model, batches, cands, suffix=suffix or max(2, t // 16), sinks=sinks,
-                progress=progress,
-            )  # fmt: skip
-        return plan_from_loss(
-            costs, cands, t, budget, name, n_head=layout(model).n_head, shape=shape,
-            sinks=sinks, kv_budget=kv_budget, signal=signal,
-        )  # fmt: skip
-    opts = {"sample_queries": sample_queries, "seed": seed, "sinks": sinks, "progress": progress}
-    if signal == "output+retrieval":
-        cost = measure_retrieval_blend(model, batches, cands, tokenizer=tokenizer, **opts)
-    else:
-        cost = measure_signal(model, batches, cands, signal, **opts)
-    plan = plan_from_mass(
-        cost, cands, t, budget, name, shape=shape, sinks=sinks, kv_budget=kv_budget
-    )
-    if signal != "mass":  # lost_mass would be the summed output error: not a mass
-        plan = replace(plan, lost_mass=None, signal=signal)
-    return plan
+    options: dict[str, Any] = {}
+    if signal in ("mass", "output", "output+retrieval", "retrieval"):
+        options["sample_queries"] = sample_queries
+    elif signal == "suffix-loss" and suffix is not None:
+        options["suffix"] = suffix
+    return make_signal(signal, **options)

@@ -1,0 +1,109 @@
+"""Search signals behind one protocol: a toy signal registered in one line is searched with
+end to end (Python and the command line), the built-ins measure what the search allocated on
+before, a blend weighs its parts alike, and bad names and signals are refused by name."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from hf_models import tiny_model
+
+from aah.cli import main
+from aah.hf import search_plan
+from aah.integrations.hf.allocate import kv_head_costs
+from aah.integrations.hf.measure import blended, measure_signal
+from aah.integrations.hf.signal_registry import (
+    make_signal,
+    register_signal,
+    signal_names,
+    unregister_signal,
+)
+from aah.integrations.hf.signals import Blend, Mass, Output, SearchContext, Signal
+
+T = 32
+CANDIDATES = [4, 8, 16, 32]
+OPTIONS = {"seq_len": T, "candidates": CANDIDATES, "sinks": 1, "max_batches": 2}
+
+
+@dataclass(frozen=True)
+class PreferLayer:
+    """A toy signal: cutting any head of `layer` costs a lot, any other head nothing."""
+
+    layer: int = 0
+    name: str = field(default="prefer-layer", init=False)
+    unit: str = field(default="", init=False)
+
+    def measure(self, model, batches, candidates, context):  # type: ignore[no-untyped-def]
+        n_layer = model.config.num_hidden_layers
+        costs = torch.zeros(n_layer, model.config.num_key_value_heads, len(candidates))
+        costs[self.layer] = torch.linspace(1.0, 0.0, len(candidates))
+        return costs.double()
+
+
+@pytest.fixture
+def toy():  # type: ignore[no-untyped-def]
+    register_signal("prefer-layer", PreferLayer)
+    yield
+    unregister_signal("prefer-layer")
+
+
+def test_a_registered_toy_signal_is_searched_with(toy) -> None:
+    model = tiny_model("llama")
+    assert "prefer-layer" in signal_names()
+    plan = search_plan(model, kv_fraction=0.6, signal="prefer-layer", **OPTIONS)
+    assert plan.signal == "prefer-layer" and plan.lost_mass is None
+    assert plan.windows[0] == [T] * 4  # the layer it says matters keeps everything
+    assert max(plan.windows[1]) < T
+    as_object = search_plan(model, kv_fraction=0.6, signal=PreferLayer(1), **OPTIONS)
+    assert as_object.windows[1] == [T] * 4 and max(as_object.windows[0]) < T
+
+
+def test_the_command_line_searches_with_a_registered_signal(toy, tmp_path) -> None:
+    folder = tmp_path / "llama"
+    tiny_model("llama").save_pretrained(folder)
+    out = tmp_path / "plan.json"
+    argv = ["plan", "search", str(folder), "--out", str(out), "--signal", "prefer-layer",
+            "--seq-len", str(T), "--max-batches", "2", "--candidates", "4,8,16,32",
+            "--sinks", "1", "--budget", "0.8", "--threads", "1"]  # fmt: skip
+    assert main(argv) == 0
+    plan = json.loads(out.read_text())
+    assert plan["signal"] == "prefer-layer" and plan["windows"][0] == [T] * 4
+
+
+def test_built_in_signals_are_the_per_kv_head_sums_of_the_measurements() -> None:
+    model = tiny_model("llama")
+    batches = [torch.randint(0, 256, (1, T), generator=torch.Generator().manual_seed(i))
+               for i in range(2)]  # fmt: skip
+    context = SearchContext(sinks=1, seed=3)
+    for signal, name in ((Mass(16), "mass"), (Output(16), "output")):
+        per_query = measure_signal(model, batches, CANDIDATES, name, sample_queries=16, seed=3,
+                                   sinks=1)  # fmt: skip
+        got = signal.measure(model, batches, CANDIDATES, context)
+        assert got.shape == (2, 2, len(CANDIDATES))  # layers x KV heads x windows
+        assert torch.equal(got, kv_head_costs(per_query, 2))
+        torch.testing.assert_close(got, per_query.reshape(2, 2, 2, -1).sum(2), rtol=0, atol=0)
+    both = Blend((Mass(16), Output(16))).measure(model, batches, CANDIDATES, context)
+    parts = [s.measure(model, batches, CANDIDATES, context) for s in (Mass(16), Output(16))]
+    assert torch.equal(both, blended(parts))
+    assert torch.allclose(both[..., 0].sum(), torch.tensor(2.0, dtype=torch.float64))
+
+
+def test_names_and_signals_are_checked() -> None:
+    assert isinstance(make_signal("suffix-loss", suffix=8), Signal)
+    assert make_signal("output+retrieval").name == "output+retrieval"
+    with pytest.raises(ValueError, match="already registered"):
+        register_signal("output", Output)
+    with pytest.raises(ValueError, match="non-empty string"):
+        register_signal("", Output)
+    with pytest.raises(ValueError, match="got 'nope'"):
+        make_signal("nope")
+    with pytest.raises(ValueError, match="a name or a Signal"):
+        search_plan(tiny_model("llama"), kv_fraction=0.5, signal=object(), **OPTIONS)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at least one signal"):
+        Blend(())
