@@ -15,7 +15,13 @@ logic of its own. Importing it imports torch, and transformers only when a funct
 
 from __future__ import annotations
 
-from aah.integrations.hf import apply, current_plan, current_sinks, per_head_cache, remove
+from aah.integrations.hf.apply_plan import (
+    apply,
+    current_plan,
+    current_sinks,
+    per_head_cache,
+    remove,
+)
 from aah.integrations.hf.calibration_mix import calibration_mix
 from aah.integrations.hf.load import load_model
 from aah.integrations.hf.search import search_plan

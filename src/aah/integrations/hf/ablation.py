@@ -30,8 +30,8 @@ import torch
 from tqdm import tqdm
 
 from aah.controller.ablation import monotone_in_window, single_cuts
-from aah.integrations.hf import applied
 from aah.integrations.hf.allocate import check_candidates
+from aah.integrations.hf.apply_plan import applied
 from aah.integrations.hf.model_layout import decoder_layers, layout
 from aah.integrations.hf.replay import recording, replaying
 from aah.plan import Plan

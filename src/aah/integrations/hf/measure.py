@@ -19,9 +19,10 @@ from typing import Any
 import torch
 
 from aah.controller.mass import mass_beyond
-from aah.integrations.hf import layout, probing
 from aah.integrations.hf.allocate import check_candidates
+from aah.integrations.hf.apply_plan import probing
 from aah.integrations.hf.mass import mass_beyond_given_sinks
+from aah.integrations.hf.model_layout import layout
 from aah.integrations.hf.output_error import output_error, output_projection
 from aah.validate import check_int
 

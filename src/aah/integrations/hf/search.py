@@ -35,7 +35,6 @@ from typing import Any
 import torch
 
 from aah.attention import coverage
-from aah.integrations.hf import layout
 from aah.integrations.hf.ablation import chosen_cost
 from aah.integrations.hf.allocate import (
     KVShape,
@@ -57,6 +56,7 @@ from aah.integrations.hf.measure import (  # noqa: F401  (re-exported: the measu
     measure_retrieval_blend,
     measure_signal,
 )
+from aah.integrations.hf.model_layout import layout
 from aah.integrations.hf.searched_plan import SearchedPlan
 from aah.integrations.hf.signal_registry import make_signal, signal_names
 from aah.integrations.hf.signals import SearchContext, Signal

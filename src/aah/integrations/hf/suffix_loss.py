@@ -37,7 +37,6 @@ import torch
 from tqdm import tqdm
 
 from aah.controller.ablation import single_cuts
-from aah.integrations.hf import applied
 from aah.integrations.hf.ablation import (
     Imposed,
     cut_plan,
@@ -45,6 +44,7 @@ from aah.integrations.hf.ablation import (
     monotone_costs,
 )
 from aah.integrations.hf.allocate import check_candidates
+from aah.integrations.hf.apply_plan import applied
 from aah.integrations.hf.model_layout import decoder_layers, layout
 from aah.integrations.hf.replay import recording, replaying
 from aah.validate import check_int

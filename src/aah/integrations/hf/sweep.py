@@ -17,9 +17,9 @@ from typing import Any
 import torch
 
 from aah.attention import coverage
-from aah.integrations.hf import applied
 from aah.integrations.hf.ablation import mean_loss
 from aah.integrations.hf.allocate import check_candidates, kv_shape
+from aah.integrations.hf.apply_plan import applied
 from aah.integrations.hf.data import TextLike
 from aah.integrations.hf.load import resolve_tokenizer
 from aah.integrations.hf.search import (
