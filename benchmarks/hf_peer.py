@@ -164,9 +164,10 @@ def uniform_plan(model: torch.nn.Module, fraction: float) -> list[list[int]]:
 def eval_model(args: argparse.Namespace) -> None:
     from transformers import DynamicCache, LlamaForCausalLM
 
+    from aah.attention.kv_bytes import full_kv_bytes
     from aah.integrations import hf
     from aah.integrations.hf.ablation import measure_loss_costs
-    from aah.integrations.hf.allocate import full_kv_bytes, kv_shape
+    from aah.integrations.hf.model_layout import kv_shape
     from aah.integrations.hf.search import calibration_batches, plan_from_loss, search_plan
 
     torch.set_num_threads(args.threads)

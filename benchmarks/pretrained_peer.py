@@ -17,8 +17,8 @@ the first P tokens and a continuation of the last T - P. The score is the mean n
 - A window plan holds, per KV head, the last w positions and the sinks: the continuation's
   queries see the same, so the block runs once under the plan (`hf.applied`), which is what
   prefilling a `PerHeadCache` and feeding the continuation computes. KV held after the
-  prompt: the plan's bytes at P (`methods.Budget`), a fraction f of the full cache's; the
-  windows slide on through the continuation, so the bytes stay.
+  prompt: the plan's bytes at P (`controller.allocate.Budget`), a fraction f of the full
+  cache's; the windows slide on through the continuation, so the bytes stay.
 - A press (`pretrained_peer_kvpress.py`) prefills the prompt inside `with press(model):`,
   which keeps int(P x (1 - compression_ratio)) positions per KV head and layer, with
   compression_ratio = 1 - f; the continuation is appended uncompressed, so a press ends
@@ -65,10 +65,11 @@ def ids_digest(blocks: torch.Tensor) -> str:
 def windows(args: argparse.Namespace) -> None:
     from aah.bench.pretrained import corpus, methods
     from aah.bench.pretrained.run import candidates, default_model
+    from aah.controller.allocate import Budget
     from aah.integrations.hf import applied, layout
-    from aah.integrations.hf.allocate import kv_shape
     from aah.integrations.hf.load import load_model
-    from aah.integrations.hf.search import blended, measure_retrieval, measure_signal
+    from aah.integrations.hf.measure import blended, measure_retrieval, measure_signal
+    from aah.integrations.hf.model_layout import kv_shape
 
     t0 = time.time()
     model_dir = args.model or default_model()
@@ -91,7 +92,7 @@ def windows(args: argparse.Namespace) -> None:
     plans: dict[tuple[str, float], object] = {}
     budgets = {}
     for f in args.kv_fractions:
-        budget = methods.budget_at(f, args.prompt, args.sinks, shape, lay.n_layer, lay.n_head)
+        budget = Budget.at_kv_fraction(f, args.prompt, lay.n_layer, lay.n_head, shape, args.sinks)
         budgets[f] = budget
         plans[("uniform", f)] = methods.uniform_plan(budget)
         plans[("output", f)] = methods.allocated_plan(signal, cands, budget)

@@ -57,9 +57,10 @@ def export(args: argparse.Namespace) -> None:
     share."""
     from aah.bench.pretrained import methods, needles
     from aah.bench.pretrained.run import default_model
+    from aah.controller.allocate import Budget
     from aah.integrations.hf import layout
-    from aah.integrations.hf.allocate import kv_shape
     from aah.integrations.hf.load import load_model
+    from aah.integrations.hf.model_layout import kv_shape
 
     model_dir = args.model or default_model()
     model, tokenizer = load_model(model_dir)
@@ -69,14 +70,11 @@ def export(args: argparse.Namespace) -> None:
     lay, shape = layout(model), kv_shape(model)
     keep = {}
     for f in args.kv_fractions:
-        budget = methods.budget_at(f, SEQ_LEN, SINKS, shape, lay.n_layer, lay.n_head)
+        budget = Budget.at_kv_fraction(f, SEQ_LEN, lay.n_layer, lay.n_head, shape, SINKS)
         uniform = methods.uniform_plan(budget)
-        keep[str(f)] = {
-            str(n): methods.budget_at(1.0, n, SINKS, shape, lay.n_layer, lay.n_head).fraction_of(
-                uniform
-            )
-            for n in LENGTHS
-        }  # fmt: skip
+        dims = (lay.n_layer, lay.n_head, shape, SINKS)
+        at = {n: Budget.at_kv_fraction(1.0, n, *dims) for n in LENGTHS}
+        keep[str(f)] = {str(n): at[n].fraction_of(uniform) for n in LENGTHS}
     prompts = [n.prompt for n in items]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

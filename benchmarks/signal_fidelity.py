@@ -110,8 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     from aah.integrations.hf.ablation import loss_increase
     from aah.integrations.hf.gradient_error import measure_gradient_error
     from aah.integrations.hf.load import load_model
+    from aah.integrations.hf.measure import measure_signal
     from aah.integrations.hf.model_layout import layout
-    from aah.integrations.hf.search import default_candidates, measure_signal
+    from aah.integrations.hf.search import default_candidates
     from aah.integrations.hf.suffix_loss import suffix_loss_increase
 
     t0 = time.time()

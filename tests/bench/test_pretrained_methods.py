@@ -9,9 +9,11 @@ import math
 import pytest
 import torch
 
+from aah.attention.kv_bytes import KVShape, plan_kv_bytes
 from aah.bench.pretrained import methods, table
 from aah.bench.pretrained.cells import CellStore
-from aah.integrations.hf.allocate import KVShape, plan_kv_bytes
+from aah.controller.allocate import Budget
+from aah.integrations.hf.measure import blended
 from aah.report.stats import estimate
 
 # 3 layers of 4 query heads on 2 KV heads, head dim 8 in fp32: 64 B per stored position.
@@ -20,8 +22,8 @@ T, SINKS = 64, 2
 CANDS = [4, 8, 16, 32, 64]
 
 
-def budget(fraction: float) -> methods.Budget:
-    return methods.budget_at(fraction, T, SINKS, SHAPE, 3, 4)
+def budget(fraction: float) -> Budget:
+    return Budget.at_kv_fraction(fraction, T, 3, 4, SHAPE, SINKS)
 
 
 def kv_bytes(plan) -> int:
@@ -40,7 +42,7 @@ def test_uniform_plan_is_the_widest_single_window_that_fits(fraction: float) -> 
 
 def test_uniform_plan_refuses_a_budget_below_one_window() -> None:
     with pytest.raises(ValueError, match="below one window"):
-        methods.uniform_plan(methods.Budget(T, SINKS, SHAPE, 3, 4, kv_bytes=10))
+        methods.uniform_plan(Budget(T, 3, 4, kv_bytes=10, sinks=SINKS, shape=SHAPE))
 
 
 @pytest.mark.parametrize("fraction", [0.2, 0.5])
@@ -112,7 +114,7 @@ def test_output_plus_retrieval_weighs_both_signals_alike_whatever_their_scale() 
     text[0, 0:2, :-1] = 1e6  # running text needs layer 0's first KV head whole...
     retrieval = torch.zeros_like(text)
     retrieval[2, 2:4, :-1] = 1e-6  # ...and retrieval layer 2's second, at a tiny raw scale
-    blend = methods.blended({"output": text, "retrieval": retrieval}, ["output", "retrieval"])
+    blend = blended([text, retrieval])
     torch.testing.assert_close(blend[..., 0].sum(), torch.tensor(2.0, dtype=torch.float64))
     torch.testing.assert_close(blend[0, 0], text[0, 0] / text[..., 0].sum())
     torch.testing.assert_close(blend[2, 3], retrieval[2, 3] / retrieval[..., 0].sum())
@@ -123,10 +125,9 @@ def test_output_plus_retrieval_weighs_both_signals_alike_whatever_their_scale() 
     assert plans["output+retrieval"][2][2] == T and plans["output+retrieval"][0][0] == T
     assert kv_bytes(plans["output+retrieval"]) <= budget(0.6).kv_bytes
     assert methods.signals_needed(["output+retrieval-shuffled"]) == ["output", "retrieval"]
-    assert methods.blended(signals, ["output"]) is text
+    assert blended([text]) is text
     with pytest.raises(ValueError, match="signal 1 is zero"):
-        methods.blended({"output": text, "retrieval": torch.zeros_like(text)},
-                        ["output", "retrieval"])  # fmt: skip
+        blended([text, torch.zeros_like(text)])
 
 
 def test_build_plans_names_and_errors() -> None:
@@ -138,8 +139,8 @@ def test_build_plans_names_and_errors() -> None:
     assert methods.signals_needed(names) == ["mass", "output"]
     with pytest.raises(ValueError, match="bogus"):
         methods.check_methods(["output", "bogus"])
-    with pytest.raises(ValueError, match="KV fraction"):
-        methods.budget_at(1.5, T, SINKS, SHAPE, 3, 4)
+    with pytest.raises(ValueError, match="kv_fraction"):
+        budget(1.5)
 
 
 def test_table_rows_pair_blocks_and_adjust_over_one_family() -> None:

@@ -109,8 +109,8 @@ def test_output_plus_retrieval_measures_at_the_answer_rows_and_a_new_needle_seed
     model_dir, tmp_path
 ) -> None:
     from aah.bench.pretrained.run import candidates
+    from aah.integrations.hf.measure import measure_signal
     from aah.integrations.hf.retrieval_calib import retrieval_prompts
-    from aah.integrations.hf.search import measure_signal
 
     out, t = tmp_path / "out", 128
     args = ["--model", str(model_dir), "--out", str(out), "--seq-len", str(t),

@@ -233,11 +233,11 @@ def test_prefill_with_sinks_matches_float64_reference(family: str) -> None:
 
 
 def test_a_plan_file_carries_its_sinks_to_apply(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from aah.integrations.hf.searched_plan import SearchedPlan
+    from aah.plan import WindowPlan
 
-    plan = SearchedPlan(PLAN, 0.3, 0.3, [2, 4], "LlamaForCausalLM", 64, sinks=SINKS)
+    plan = WindowPlan.of(PLAN, SINKS, 64, budget=0.3, model="LlamaForCausalLM")
     plan.save(tmp_path / "plan.json")
-    loaded = SearchedPlan.load(tmp_path / "plan.json")
+    loaded = WindowPlan.load(tmp_path / "plan.json")
     assert loaded == plan
     model = tiny_model("llama")
     hf.apply(model, loaded)
@@ -245,4 +245,4 @@ def test_a_plan_file_carries_its_sinks_to_apply(tmp_path) -> None:  # type: igno
     hf.apply(model, loaded, sinks=0)  # an explicit value wins over the plan's
     assert hf.current_sinks(model) is None
     with pytest.raises(ValueError, match="sinks must be shaped like the windows"):
-        SearchedPlan(PLAN, 0.3, 0.3, [2, 4], "LlamaForCausalLM", 64, sinks=[[1]])
+        WindowPlan.of(PLAN, [[1]], 64)

@@ -186,8 +186,8 @@ def no_forward(monkeypatch):  # type: ignore[no-untyped-def]
     def forbidden(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise AssertionError("a forward pass ran before the check")
 
-    for name in ("search_plan", "measure_signal"):
-        monkeypatch.setattr(f"aah.integrations.hf.search.{name}", forbidden)
+    monkeypatch.setattr("aah.integrations.hf.search.search_plan", forbidden)
+    monkeypatch.setattr("aah.integrations.hf.measure.measure_signal", forbidden)
     monkeypatch.setattr("aah.integrations.hf.sweep.perplexity", forbidden)
 
 

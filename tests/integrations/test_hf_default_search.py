@@ -19,7 +19,7 @@ def test_no_text_searches_on_the_shipped_mix_with_the_output_signal() -> None:
     model = tiny_model("llama", max_position_embeddings=256)
     plan = search_plan(model, kv_fraction=0.4, **OPTIONS)
     mix = calibration_mix(None, seq_len=T, n_blocks=8, vocab_size=model.config.vocab_size)
-    assert plan.signal == "output"
+    assert plan.info["signal"] == "output"
     assert plan == search_plan(model, mix, kv_fraction=0.4, signal="output", **OPTIONS)
     # max_batches picks how many mix blocks: fewer blocks, another measurement
     two = search_plan(model, kv_fraction=0.4, max_batches=2, **OPTIONS)

@@ -18,14 +18,16 @@ from hf_models import (
 )
 
 from aah.attention import coverage
+from aah.attention.kv_bytes import full_kv_bytes, plan_kv_bytes
 from aah.cli import hf_plan
 from aah.cli.plan_checks import check_budget_flags
 from aah.controller.mass import mass_beyond
 from aah.integrations import hf
-from aah.integrations.hf.allocate import full_kv_bytes, kv_shape, plan_kv_bytes
 from aah.integrations.hf.mass import mass_beyond_given_sinks
-from aah.integrations.hf.search import measure_mass, plan_from_mass
-from aah.integrations.hf.searched_plan import SearchedPlan
+from aah.integrations.hf.measure import measure_mass
+from aah.integrations.hf.model_layout import kv_shape
+from aah.integrations.hf.search import plan_from_mass
+from aah.plan import WindowPlan
 
 T, CANDIDATES, SINKS = SEARCH_T, SEARCH_CANDIDATES, SEARCH_SINKS
 ids = search_ids
@@ -97,12 +99,12 @@ def test_kv_plan_never_exceeds_the_byte_budget(measured, family: str, fraction: 
     plan = plan_from_mass(
         mass, CANDIDATES, T, None, "m", shape=shape, sinks=SINKS, kv_budget=budget
     )
-    assert plan.kv_bytes is not None and plan.kv_bytes <= budget
-    assert plan.kv_bytes == plan_kv_bytes(plan.windows, plan.sinks, shape, T)
-    assert plan.budget_unit == "kv_bytes" and plan.budget == budget
+    assert plan.info["kv_bytes"] is not None and plan.info["kv_bytes"] <= budget
+    assert plan.info["kv_bytes"] == plan_kv_bytes(plan.windows, plan.sinks, shape, T)
+    assert plan.info["budget_unit"] == "kv_bytes" and plan.info["budget"] == budget
     assert plan.sinks == [[SINKS] * 4] * 2
     assert shares_within_kv_heads(plan.windows, shape.n_kv_head)
-    assert plan.coverage == coverage(plan.windows, T, plan.sinks).causal
+    assert plan.info["coverage"] == coverage(plan.windows, T, plan.sinks).causal
 
 
 def test_byte_formula_is_what_the_per_head_cache_holds(measured) -> None:
@@ -125,7 +127,7 @@ def test_byte_formula_is_what_the_per_head_cache_holds(measured) -> None:
             )
             with torch.no_grad():
                 model(ids(1), use_cache=True, **{name: cache})
-            assert cache.nbytes() == plan.kv_bytes == cache.reserved_nbytes()
+            assert cache.nbytes() == plan.info["kv_bytes"] == cache.reserved_nbytes()
         finally:
             hf.remove(model)
 
@@ -135,12 +137,12 @@ def test_coverage_budget_per_kv_head_counts_the_sinks(measured, budget: float) -
     model, _, mass = measured["llama"]
     shape = kv_shape(model)
     plan = plan_from_mass(mass, CANDIDATES, T, budget, "m", shape=shape, sinks=SINKS)
-    assert plan.coverage <= budget and plan.budget_unit == "coverage"
-    assert plan.coverage == coverage(plan.windows, T, [[SINKS] * 4] * 2).causal
+    assert plan.info["coverage"] <= budget and plan.info["budget_unit"] == "coverage"
+    assert plan.info["coverage"] == coverage(plan.windows, T, [[SINKS] * 4] * 2).causal
     assert shares_within_kv_heads(plan.windows, 2)
     # Without the shape every query head is its own unit (the old search), bytes not counted.
     alone = plan_from_mass(mass, CANDIDATES, T, budget, "m", sinks=SINKS)
-    assert alone.coverage <= budget and alone.kv_bytes is None
+    assert alone.info["coverage"] <= budget and alone.info["kv_bytes"] is None
 
 
 def test_budgets_below_the_smallest_plan_and_bad_budgets_are_refused(measured) -> None:
@@ -169,20 +171,15 @@ def test_kv_fraction_is_that_share_of_the_full_cache(measured) -> None:
     full = full_kv_bytes(kv_shape(model), model.config.num_hidden_layers, T)
     by_fraction = search_plan(model, ids(), kv_fraction=0.4, sinks=SINKS, seq_len=T)
     by_bytes = search_plan(model, ids(), kv_budget=int(0.4 * full), sinks=SINKS, seq_len=T)
-    assert by_fraction == by_bytes and by_fraction.kv_bytes <= 0.4 * full
+    assert by_fraction == by_bytes and by_fraction.info["kv_bytes"] <= 0.4 * full
 
 
 def test_old_plan_files_still_load() -> None:
     old = {"windows": [[4, 8]], "budget": 0.3, "coverage": 0.25, "candidates": [4, 8]}
-    old.update(model="GPT2LMHeadModel", seq_len=8, lost_mass=0.1)
-    plan = SearchedPlan.from_json(json.dumps(old))
-    assert plan.sinks is None and plan.kv_bytes is None and plan.budget_unit == "coverage"
-    new = SearchedPlan([[4, 4]], 1024.0, 0.3, [4], "m", 8, 0.1, [[2, 2]], "kv_bytes", 512)
-    assert SearchedPlan.from_json(new.to_json()) == new
-    with pytest.raises(ValueError, match="budget_unit must be one of coverage, kv_bytes, got 'mb'"):
-        SearchedPlan.from_json(json.dumps({**old, "budget_unit": "mb"}))
-    with pytest.raises(ValueError, match="kv_bytes must be an int >= 0, got -1"):
-        SearchedPlan.from_json(json.dumps({**old, "kv_bytes": -1}))
+    old.update(model="GPT2LMHeadModel", seq_len=8, lost_mass=0.1)  # before sinks and KV bytes
+    plan = WindowPlan.from_data(old)
+    assert plan.sinks == [[0, 0]] and plan.seq_len == 8 and plan.info["lost_mass"] == 0.1
+    assert "kv_bytes" not in plan.info and WindowPlan.from_data(plan.to_dict()) == plan
 
 
 def test_budget_flag_checks_name_the_value() -> None:
@@ -197,17 +194,17 @@ def test_budget_flag_checks_name_the_value() -> None:
 
 def test_cli_search_by_kv_bytes_with_sinks_then_apply(tmp_path, capsys) -> None:
     model_dir, text, out = run_cli_search(tmp_path, "--budget-kv-mb", "0.004", "--sinks", "2")
-    plan = SearchedPlan.load(out)
-    assert plan.budget_unit == "kv_bytes" and plan.budget == int(0.004 * 2**20)
-    assert plan.kv_bytes is not None and plan.kv_bytes <= plan.budget
+    plan = WindowPlan.load(out)
+    assert plan.info["budget_unit"] == "kv_bytes" and plan.info["budget"] == int(0.004 * 2**20)
+    assert plan.info["kv_bytes"] is not None and plan.info["kv_bytes"] <= plan.info["budget"]
     assert plan.sinks == [[2] * 4] * 2 and shares_within_kv_heads(plan.windows, 2)
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["kv_bytes"] == plan.kv_bytes and summary["sinks"] == 2
+    assert summary["kv_bytes"] == plan.info["kv_bytes"] and summary["sinks"] == 2
 
     parser = argparse.ArgumentParser()
     hf_plan.add_plan_apply_arguments(parser)
     argv = [str(model_dir), "--plan", str(out), "--text", str(text), "--max-batches", "2"]
     assert hf_plan.run_plan_apply(parser.parse_args(argv)) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["kv_bytes"] == plan.kv_bytes < result["kv_bytes_full"]
-    assert result["coverage"] == pytest.approx(plan.coverage)
+    assert result["kv_bytes"] == plan.info["kv_bytes"] < result["kv_bytes_full"]
+    assert result["coverage"] == pytest.approx(plan.info["coverage"])

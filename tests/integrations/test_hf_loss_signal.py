@@ -19,6 +19,7 @@ from hf_models import (
 
 from aah.cli import hf_plan
 from aah.cli.plan_checks import check_signal_flag
+from aah.controller.allocate import Budget
 from aah.integrations import hf
 from aah.integrations.hf.ablation import (
     Imposed,
@@ -27,9 +28,9 @@ from aah.integrations.hf.ablation import (
     monotone_costs,
     per_query_head,
 )
-from aah.integrations.hf.allocate import kv_shape
-from aah.integrations.hf.search import plan_from_loss, search_plan
-from aah.integrations.hf.searched_plan import SearchedPlan
+from aah.integrations.hf.model_layout import kv_shape
+from aah.integrations.hf.search import plan_from_costs, search_plan
+from aah.plan import WindowPlan
 
 T, CANDIDATES, SINKS = SEARCH_T, SEARCH_CANDIDATES, SEARCH_SINKS
 ids = search_ids
@@ -115,23 +116,25 @@ def test_loss_signal_keeps_wide_the_head_the_loss_needs(monkeypatch) -> None:
     layer, kv = target
     assert by_loss.windows[layer][2 * kv : 2 * kv + 2] == [T, T]
     assert by_mass.windows[layer][2 * kv] < T
-    assert by_loss.coverage <= 0.5 and by_mass.coverage <= 0.5
-    assert by_loss.signal == "loss" and by_loss.lost_mass is None
-    assert by_mass.signal == "mass" and by_mass.loss_increase is None
+    assert by_loss.info["coverage"] <= 0.5 and by_mass.info["coverage"] <= 0.5
+    assert by_loss.info["signal"] == "loss" and by_loss.info["lost_mass"] is None
+    assert by_mass.info["signal"] == "mass" and by_mass.info["loss_increase"] is None
     # the summed costs of the chosen windows: every other KV head at its chosen candidate
     chosen = [
         float(table[l, k, CANDIDATES.index(by_loss.windows[l][2 * k])])
         for l in range(2)
         for k in range(2)
     ]
-    assert by_loss.loss_increase == pytest.approx(sum(chosen))
+    assert by_loss.info["loss_increase"] == pytest.approx(sum(chosen))
 
 
-def test_plan_from_loss_checks_the_table_shape() -> None:
-    shape = kv_shape(tiny_model("llama"))
+def test_plan_from_costs_checks_the_table_shape() -> None:
+    budget = Budget(T, 2, 4, coverage=0.3, shape=kv_shape(tiny_model("llama")))
     costs = torch.zeros(2, 4, len(CANDIDATES), dtype=torch.float64)
     with pytest.raises(ValueError, match="costs are 2 layers x 4 KV heads, the model has 2 x 2"):
-        plan_from_loss(costs, CANDIDATES, T, 0.3, "m", n_head=4, shape=shape)
+        plan_from_costs(costs, CANDIDATES, budget, "m", signal="loss", unit="loss")
+    with pytest.raises(ValueError, match="signal must be a signal's name, got ''"):
+        plan_from_costs(costs[:, :2], CANDIDATES, budget, "m", signal="")
 
 
 def test_cli_loss_search_writes_a_plan_that_apply_reads(tmp_path, capsys) -> None:
@@ -139,10 +142,12 @@ def test_cli_loss_search_writes_a_plan_that_apply_reads(tmp_path, capsys) -> Non
         tmp_path, "--budget", "0.4", "--sinks", "2", "--signal", "loss",
         "--candidates", "4,8,16,32",
     )  # fmt: skip
-    plan = SearchedPlan.load(out)
-    assert plan.signal == "loss" and plan.lost_mass is None and plan.loss_increase is not None
-    assert SearchedPlan.from_json(plan.to_json()) == plan
-    assert plan.coverage <= 0.4 and plan.sinks == [[2] * 4] * 2
+    plan = WindowPlan.load(out)
+    info = plan.info
+    assert info["signal"] == "loss" and info["lost_mass"] is None
+    assert info["loss_increase"] is not None
+    assert WindowPlan.from_data(json.loads(plan.to_json())) == plan
+    assert plan.info["coverage"] <= 0.4 and plan.sinks == [[2] * 4] * 2
     assert all(row[0] == row[1] and row[2] == row[3] for row in plan.windows)
     printed = capsys.readouterr().out.strip().splitlines()
     assert "loss signal" in printed[0] and "loss rise" in printed[0]
@@ -153,8 +158,8 @@ def test_cli_loss_search_writes_a_plan_that_apply_reads(tmp_path, capsys) -> Non
     argv = [str(model_dir), "--plan", str(out), "--text", str(text), "--max-batches", "2"]
     assert hf_plan.run_plan_apply(parser.parse_args(argv)) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["coverage"] == pytest.approx(plan.coverage)
-    assert result["kv_bytes"] == plan.kv_bytes < result["kv_bytes_full"]
+    assert result["coverage"] == pytest.approx(plan.info["coverage"])
+    assert result["kv_bytes"] == plan.info["kv_bytes"] < result["kv_bytes_full"]
     assert result["ppl_plan"] != result["ppl_full"]
 
 
@@ -169,12 +174,5 @@ def test_bad_signal_values_are_named() -> None:
     with pytest.raises(ValueError, match="add --signal mass, or with --signal output write"):
         check_signal_flag("output", "heldout.txt")
     check_signal_flag("loss", None)
-    good = json.loads(SearchedPlan([[4]], 0.5, 0.4, [4], "m", 8).to_json())
-    # a plan file keeps whatever signal made it, a user's registered one too; not an empty one
-    assert SearchedPlan.from_json(json.dumps({**good, "signal": "entropy"})).signal == "entropy"
-    with pytest.raises(ValueError, match="signal must be a signal's name, got ''"):
-        SearchedPlan.from_json(json.dumps({**good, "signal": ""}))
-    with pytest.raises(ValueError, match="loss_increase must be a finite number, got 'x'"):
-        SearchedPlan.from_json(json.dumps({**good, "loss_increase": "x"}))
     with pytest.raises(ValueError, match=r"candidates must be distinct .* got \[8, 4\]"):
         loss_increase(tiny_model("llama"), [ids()], [8, 4])

@@ -12,13 +12,13 @@ from hf_models import VOCAB, tiny_model
 
 from aah.cli import hf_plan
 from aah.integrations import hf
-from aah.integrations.hf.searched_plan import SearchedPlan
 from aah.integrations.hf.sweep import (
     budget_sweep,
     perplexity,
     sweep_json,
     sweep_table,
 )
+from aah.plan import WindowPlan
 from aah.report.plan_heatmap import save_heatmap
 
 TEXT = "def f(x):\n    return x * 2  # doubles\n" * 12  # bytes stand-in: ~500 tokens
@@ -91,8 +91,12 @@ def test_cli_search_then_apply(tmp_path, capsys) -> None:
         ],
     )
     assert hf_plan.run_plan_search(args) == 0
-    plan = SearchedPlan.load(out)
-    assert plan.model == "GPT2LMHeadModel" and plan.seq_len == 32 and plan.coverage <= 0.3
+    plan = WindowPlan.load(out)
+    assert (
+        plan.info["model"] == "GPT2LMHeadModel"
+        and plan.seq_len == 32
+        and plan.info["coverage"] <= 0.3
+    )
     assert png.exists()
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert [r["budget"] for r in summary["sweep"]] == [0.3, 0.6]
@@ -104,7 +108,7 @@ def test_cli_search_then_apply(tmp_path, capsys) -> None:
     assert hf_plan.run_plan_apply(args) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     result = json.loads(lines[-1])
-    assert result["seq_len"] == 32 and result["coverage"] == pytest.approx(plan.coverage)
+    assert result["seq_len"] == 32 and result["coverage"] == pytest.approx(plan.info["coverage"])
     assert result["ppl_plan"] != result["ppl_full"]
     assert lines[0].startswith("scoring 2 blocks of T=32 tokens")
     assert lines[1].startswith("perplexity without plan")

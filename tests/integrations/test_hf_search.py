@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,14 +14,8 @@ from hf_models import VOCAB, plant_local_head, tiny_model
 from aah.attention import coverage
 from aah.integrations import hf
 from aah.integrations.hf.data import token_batches
-from aah.integrations.hf.search import (
-    default_candidates,
-    measure_mass,
-    measure_output_error,
-    plan_from_mass,
-    search_plan,
-)
-from aah.integrations.hf.searched_plan import SearchedPlan
+from aah.integrations.hf.measure import measure_mass, measure_output_error
+from aah.integrations.hf.search import default_candidates, plan_from_mass, search_plan
 from aah.plan import WindowPlan
 
 T = 64
@@ -54,8 +49,8 @@ def test_mass_separates_the_planted_local_head(planted) -> None:
 def test_search_never_exceeds_the_budget(planted, budget: float) -> None:
     _, mass = planted
     plan = plan_from_mass(mass, CANDIDATES, T, budget, "GPT2LMHeadModel")
-    assert plan.coverage <= budget
-    assert plan.coverage == pytest.approx(coverage(plan.windows, T).causal, abs=0)
+    assert plan.info["coverage"] <= budget
+    assert plan.info["coverage"] == pytest.approx(coverage(plan.windows, T).causal, abs=0)
     assert all(w in CANDIDATES for row in plan.windows for w in row)
     flat = [w for row in plan.windows for w in row]
     # While the budget binds, the planted head gets the smallest window of all heads (strictly,
@@ -70,7 +65,7 @@ def test_full_budget_gives_full_windows_to_spread_heads(planted) -> None:
     _, mass = planted
     plan = plan_from_mass(mass, CANDIDATES, T, 1.0, "m")
     assert all(w == T for row in plan.windows for w in row[1:])
-    assert plan.lost_mass < 1e-3
+    assert plan.info["lost_mass"] < 1e-3
 
 
 def test_budget_below_the_smallest_window_is_refused(planted) -> None:
@@ -79,6 +74,10 @@ def test_budget_below_the_smallest_window_is_refused(planted) -> None:
         plan_from_mass(mass[..., 2:], CANDIDATES[2:], T, 0.05, "m")
     with pytest.raises(ValueError, match="budget"):
         plan_from_mass(mass, CANDIDATES, T, 0.0, "m")
+    with pytest.raises(ValueError, match=r"give a larger budget$"):  # the smallest is already 1
+        plan_from_mass(mass, CANDIDATES, T, 1e-4, "m")
+    with pytest.raises(ValueError, match=r"give a larger budget or fewer sinks$"):
+        plan_from_mass(mass, CANDIDATES, T, 0.02, "m", sinks=4)
 
 
 def test_search_plan_end_to_end_with_gqa_leaves_the_model_as_it_was() -> None:
@@ -87,44 +86,56 @@ def test_search_plan_end_to_end_with_gqa_leaves_the_model_as_it_was() -> None:
     with torch.no_grad():
         before = model(ids).logits
     plan = search_plan(model, ids, 0.4, seq_len=32, sample_queries=16)
-    assert plan.model == "LlamaForCausalLM" and plan.seq_len == 32
-    assert plan.candidates == default_candidates(32)
+    assert plan.info["model"] == "LlamaForCausalLM" and plan.seq_len == 32
+    assert plan.info["candidates"] == default_candidates(32)
     assert len(plan.windows) == 2 and all(len(row) == 4 for row in plan.windows)
-    assert plan.coverage <= 0.4
+    assert plan.info["coverage"] <= 0.4
     assert model.config._attn_implementation == "sdpa" and hf.current_plan(model) is None
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, before)
 
 
-def test_plan_json_round_trips_exactly(tmp_path) -> None:
-    plan = SearchedPlan(
-        windows=[[16, 64, 8], [512, 1, 32]],
-        budget=0.3,
-        coverage=0.1 + 0.2,  # a float whose repr is long: must survive exactly
-        candidates=[1, 8, 16, 32, 64, 512],
-        model="Qwen2ForCausalLM",
-        seq_len=512,
-        lost_mass=1 / 3,
-    )
-    assert SearchedPlan.from_json(plan.to_json()) == plan
+def test_a_searched_plan_round_trips_exactly_with_its_record(tmp_path) -> None:
+    plan = search_plan(tiny_model("llama"), calib(), 0.4, seq_len=32, sample_queries=16)
     path = tmp_path / "plan.json"
     plan.save(path)
-    assert SearchedPlan.load(path) == plan
-    read = WindowPlan.load(path)  # the project's one plan reader takes it, sinks and all
-    assert read.windows == plan.windows and read.seq_len == plan.seq_len
-    assert read.sinks == (plan.sinks or [[0] * len(r) for r in plan.windows])
+    assert WindowPlan.load(path) == plan  # floats in their shortest repr: exactly
     data = json.loads(path.read_text())
-    assert set(data) >= {"windows", "budget", "coverage", "candidates", "model"}
+    assert set(data) == {"windows", "sinks", "seq_len", "budget", "coverage", "candidates",
+                         "model", "lost_mass", "budget_unit", "kv_bytes", "signal",
+                         "loss_increase"}  # fmt: skip
 
 
-def test_plan_json_errors_name_the_problem() -> None:
-    good = json.loads(SearchedPlan([[4]], 0.5, 0.4, [4], "GPT2LMHeadModel", 8).to_json())
-    with pytest.raises(ValueError, match="candidates"):
-        SearchedPlan.from_json(json.dumps({k: v for k, v in good.items() if k != "candidates"}))
-    with pytest.raises(ValueError, match="unknown"):
-        SearchedPlan.from_json(json.dumps({**good, "extra": 1}))
+@pytest.mark.parametrize("name", ["searched_plan_coverage.json", "searched_plan_kv_bytes.json"])
+def test_plan_files_of_the_former_searched_plan_format_load(name: str) -> None:
+    path = Path(__file__).parents[1] / "fixtures" / name  # written by the former SearchedPlan
+    data = json.loads(path.read_text())
+    plan = WindowPlan.load(path)
+    assert plan.windows == data["windows"] and plan.seq_len == data["seq_len"]
+    assert plan.sinks == (data["sinks"] or [[0] * len(r) for r in data["windows"]])
+    assert plan.info == {k: v for k, v in data.items() if k not in ("windows", "sinks", "seq_len")}
+    assert plan.info["coverage"] == data["coverage"]  # 0.30000000000000004 stays that
+
+
+def test_committed_plan_files_load() -> None:
+    root = Path(__file__).parents[2] / "results"
+    files = sorted(root.glob("posthoc-text/plans/*/*.json"))
+    assert files, "the post-hoc study's plan files are committed"
+    for path in files:
+        plan = WindowPlan.load(path)
+        assert plan.windows == json.loads(path.read_text())["windows"]
+
+
+def test_plan_file_errors_name_the_problem() -> None:
+    good = json.loads(
+        (Path(__file__).parents[1] / "fixtures/searched_plan_kv_bytes.json").read_text()
+    )
+    with pytest.raises(ValueError, match="'windows' key"):
+        WindowPlan.from_data({k: v for k, v in good.items() if k != "windows"})
     with pytest.raises(ValueError, match="window"):
-        SearchedPlan.from_json(json.dumps({**good, "windows": [[0]]}))
+        WindowPlan.from_data({**good, "windows": [[0]]})
+    with pytest.raises(ValueError, match="sinks"):
+        WindowPlan.from_data({**good, "sinks": [[1]]})
 
 
 def test_token_batches_from_text_ids_and_tensors() -> None:
@@ -169,9 +180,9 @@ def test_output_signal_keeps_the_planted_local_head_cheapest(planted) -> None:
 def test_output_signal_search_on_every_family(family: str) -> None:
     model = tiny_model(family)
     plan = search_plan(model, calib(seed=7), 0.4, seq_len=32, sample_queries=16, signal="output")
-    assert plan.signal == "output" and plan.lost_mass is None
-    assert plan.coverage <= 0.4 and len(plan.windows) == 2
-    assert SearchedPlan.from_json(plan.to_json()) == plan
+    assert plan.info["signal"] == "output" and plan.info["lost_mass"] is None
+    assert plan.info["coverage"] <= 0.4 and len(plan.windows) == 2
+    assert WindowPlan.from_data(json.loads(plan.to_json())) == plan
 
 
 def test_applied_takes_sinks_and_puts_the_model_back() -> None:
@@ -182,16 +193,16 @@ def test_applied_takes_sinks_and_puts_the_model_back() -> None:
 
 
 def test_output_plus_retrieval_search_allocates_on_the_blend_of_both_signals() -> None:
-    from aah.integrations.hf.allocate import kv_shape
+    from aah.integrations.hf.measure import blended, measure_signal
+    from aah.integrations.hf.model_layout import kv_shape
     from aah.integrations.hf.retrieval_calib import retrieval_prompts
-    from aah.integrations.hf.search import blended, measure_signal
 
     model, t = tiny_model("llama", max_position_embeddings=256), 128
     ids = torch.randint(0, VOCAB, (2, t), generator=torch.Generator().manual_seed(5))
     plan = search_plan(model, ids, 0.5, seq_len=t, sinks=2, signal="output+retrieval",
                        sample_queries=16)  # fmt: skip
-    assert plan.signal == "output+retrieval" and plan.lost_mass is None
-    assert SearchedPlan.from_json(plan.to_json()) == plan
+    assert plan.info["signal"] == "output+retrieval" and plan.info["lost_mass"] is None
+    assert WindowPlan.from_data(json.loads(plan.to_json())) == plan
 
     cands = default_candidates(t)
     opts = {"sample_queries": 16, "seed": 0, "sinks": 2}

@@ -15,8 +15,8 @@ pytest.importorskip("transformers")
 from hf_models import tiny_model
 
 from aah.cli import main
+from aah.controller.allocate import kv_head_costs
 from aah.hf import search_plan
-from aah.integrations.hf.allocate import kv_head_costs
 from aah.integrations.hf.measure import blended, measure_signal
 from aah.integrations.hf.signal_registry import (
     make_signal,
@@ -57,7 +57,7 @@ def test_a_registered_toy_signal_is_searched_with(toy) -> None:
     model = tiny_model("llama")
     assert "prefer-layer" in signal_names()
     plan = search_plan(model, kv_fraction=0.6, signal="prefer-layer", **OPTIONS)
-    assert plan.signal == "prefer-layer" and plan.lost_mass is None
+    assert plan.info["signal"] == "prefer-layer" and plan.info["lost_mass"] is None
     assert plan.windows[0] == [T] * 4  # the layer it says matters keeps everything
     assert max(plan.windows[1]) < T
     as_object = search_plan(model, kv_fraction=0.6, signal=PreferLayer(1), **OPTIONS)

@@ -20,12 +20,14 @@ from hf_models import (
 
 pytest.importorskip("transformers")
 
+from aah.controller.allocate import Budget
 from aah.integrations import hf
 from aah.integrations.hf.ablation import loss_increase, monotone_costs
-from aah.integrations.hf.allocate import kv_shape
-from aah.integrations.hf.search import plan_from_loss, search_plan
-from aah.integrations.hf.searched_plan import SearchedPlan
+from aah.integrations.hf.model_layout import kv_shape
+from aah.integrations.hf.search import plan_from_costs, search_plan
+from aah.integrations.hf.signals import SuffixLoss
 from aah.integrations.hf.suffix_loss import measure_suffix_loss_costs, suffix_loss_increase
+from aah.plan import WindowPlan
 
 T, CANDIDATES, SINKS = SEARCH_T, SEARCH_CANDIDATES, SEARCH_SINKS
 SUFFIX = 8
@@ -150,14 +152,18 @@ def test_search_plan_allocates_on_the_suffix_loss(model) -> None:
     costs = measure_suffix_loss_costs(
         model, [calib[:1], calib[1:]], CANDIDATES, suffix=SUFFIX, sinks=SINKS
     )
-    by_hand = plan_from_loss(
-        costs, CANDIDATES, T, 0.4, type(model).__name__, n_head=4, shape=kv_shape(model),
-        sinks=SINKS, signal="suffix-loss",
-    )  # fmt: skip
-    assert plan.signal == "suffix-loss" and plan.windows == by_hand.windows
-    assert plan.loss_increase == pytest.approx(by_hand.loss_increase)
-    assert SearchedPlan.from_json(plan.to_json()) == plan
-    with pytest.raises(ValueError, match="suffix is for the suffix-loss signal, not 'output'"):
+    budget = Budget(T, 2, 4, coverage=0.4, sinks=SINKS, shape=kv_shape(model))
+    by_hand = plan_from_costs(
+        costs, CANDIDATES, budget, type(model).__name__, signal="suffix-loss", unit="loss"
+    )
+    assert plan.info["signal"] == "suffix-loss" and plan.windows == by_hand.windows
+    assert plan.info["loss_increase"] == pytest.approx(by_hand.info["loss_increase"])
+    assert WindowPlan.from_data(json.loads(plan.to_json())) == plan
+    assert search_plan(
+        model, calib, 0.4, sinks=SINKS, seq_len=T, candidates=CANDIDATES,
+        signal=SuffixLoss(suffix=SUFFIX),
+    ) == plan  # fmt: skip
+    with pytest.raises(ValueError, match="suffix is not an option of the 'output' signal"):
         search_plan(model, calib, 0.4, seq_len=T, signal="output", suffix=SUFFIX)
 
 
@@ -186,8 +192,8 @@ def test_cli_suffix_loss_search_writes_its_plan(tmp_path, capsys) -> None:
         tmp_path, "--budget", "0.4", "--sinks", "2", "--signal", "suffix-loss", "--suffix", "8",
         "--candidates", "4,8,16,32",
     )  # fmt: skip
-    plan = SearchedPlan.load(out)
-    assert plan.signal == "suffix-loss" and plan.loss_increase is not None
-    assert plan.coverage <= 0.4
+    plan = WindowPlan.load(out)
+    assert plan.info["signal"] == "suffix-loss" and plan.info["loss_increase"] is not None
+    assert plan.info["coverage"] <= 0.4
     printed = capsys.readouterr().out.strip().splitlines()
     assert "loss rise" in printed[0] and json.loads(printed[-1])["signal"] == "suffix-loss"

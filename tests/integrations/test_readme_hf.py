@@ -46,11 +46,12 @@ def test_the_readme_hf_example_runs(tmp_path, capsys) -> None:
     scope: dict = {"ByteTokenizer": ByteTokenizer}
     exec(compile(code, str(README), "exec"), scope)
     model, plan, cache, out = scope["model"], scope["plan"], scope["cache"], scope["out"]
-    from aah.integrations.hf.allocate import full_kv_bytes, kv_shape, plan_kv_bytes
+    from aah.attention.kv_bytes import full_kv_bytes, plan_kv_bytes
+    from aah.integrations.hf.model_layout import kv_shape
 
     full = full_kv_bytes(kv_shape(model), len(plan.windows), plan.seq_len)
     held_by_plan = plan_kv_bytes(plan.windows, plan.sinks, kv_shape(model), plan.seq_len)
-    assert plan.signal == "output" and plan.sinks and held_by_plan <= 0.3 * full
+    assert plan.info["signal"] == "output" and plan.sinks and held_by_plan <= 0.3 * full
     assert any(w < plan.seq_len for row in plan.windows for w in row)
     assert out.shape[1] == scope["ids"].shape[1] + 32
     held = int(capsys.readouterr().out.split()[-1])

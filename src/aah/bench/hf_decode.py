@@ -25,9 +25,9 @@ from typing import Any
 import torch
 
 from aah.attention import coverage
+from aah.attention.kv_bytes import held_positions, kv_capacities, kv_sinks
 from aah.bench.timing import environment
 from aah.cli import flags
-from aah.model.cache_layout import kv_capacities, kv_sinks
 from aah.plan import WindowPlan
 
 CACHES = ("per-head", "dynamic")
@@ -62,12 +62,7 @@ def expected_kv_bytes(
     """B x sum over layers and KV heads of (min(S, t) + min(C, t)) x unit (D x 2 x itemsize)."""
     caps = kv_capacities(plan, n_kv, max_len)
     slots = kv_sinks(plan, sink_rows, n_kv, max_len)
-    held = sum(
-        min(s, t) + min(c, t)
-        for cr, sr in zip(caps, slots, strict=True)
-        for c, s in zip(cr, sr, strict=True)
-    )
-    return batch * held * unit
+    return batch * held_positions(caps, slots, t) * unit
 
 
 def plan_at(path: str, seq_len: int, full: int, sinks: int | None) -> WindowPlan:

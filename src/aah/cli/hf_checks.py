@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from aah.integrations.hf.allocate import KVShape, plan_kv_bytes
+from aah.attention.kv_bytes import KVShape, plan_kv_bytes
 from aah.integrations.hf.data import BYTE_VOCAB
 
 DEFAULT_SEQ_LEN = 512
@@ -57,7 +57,7 @@ def preview_limits(name: str) -> ModelLimits | None:
 def model_limits(model: Any, tokenizer: Any | None) -> ModelLimits:
     """The limits of a loaded model, exactly."""
     from aah.integrations.hf import layout
-    from aah.integrations.hf.allocate import kv_shape
+    from aah.integrations.hf.model_layout import kv_shape
 
     lay, shape, config = layout(model), kv_shape(model), model.config
     positions = getattr(config, "max_position_embeddings", None) or getattr(

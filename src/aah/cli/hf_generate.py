@@ -186,7 +186,7 @@ def _pad_id(model: Any, tokenizer: Any | None) -> int | None:
 
 def kv_line(held: int, positions: int, limits: Any) -> str:
     """What the per-head cache held after `positions` positions against a full cache's."""
-    from aah.integrations.hf.allocate import full_kv_bytes
+    from aah.attention.kv_bytes import full_kv_bytes
 
     full = full_kv_bytes(limits.kv, limits.n_layer, positions)
     return (

@@ -117,7 +117,7 @@ def _search_loaded(
     budget: float | None, kv_budget: int | None, texts: Texts,
 ) -> int:  # fmt: skip
     from aah.atomic import StagedWrites
-    from aah.integrations.hf.allocate import full_kv_bytes
+    from aah.attention.kv_bytes import full_kv_bytes
     from aah.integrations.hf.search import search_plan
     from aah.integrations.hf.sweep import budget_sweep, sweep_json, sweep_table
 
@@ -139,11 +139,12 @@ def _search_loaded(
     )  # fmt: skip
     full = full_kv_bytes(limits.kv, limits.n_layer, t)
     print_search_summary(plan, limits, full, args.sinks, kv_budget is not None)
+    info = plan.info
     summary: dict[str, Any] = {
-        "out": args.out, "budget": plan.budget, "budget_unit": plan.budget_unit,
-        "coverage": plan.coverage, "kv_bytes": plan.kv_bytes, "kv_bytes_full": full,
-        "kv_share": (plan.kv_bytes or 0) / full, "seq_len": t, "sinks": args.sinks,
-        "signal": plan.signal,
+        "out": args.out, "budget": info["budget"], "budget_unit": info["budget_unit"],
+        "coverage": info["coverage"], "kv_bytes": info["kv_bytes"], "kv_bytes_full": full,
+        "kv_share": (info["kv_bytes"] or 0) / full, "seq_len": t, "sinks": args.sinks,
+        "signal": info["signal"],
     }  # fmt: skip
     if args.heldout:
         heldout = texts.items["heldout"][2]
@@ -156,7 +157,7 @@ def _search_loaded(
         if args.heatmap:
             from aah.report.plan_heatmap import save_heatmap
 
-            title = f"{plan.model}, budget {plan.budget}"
+            title = f"{info['model']}, budget {info['budget']}"
             save_heatmap(plan, staged.path_for(args.heatmap), title=title)
             written.append(args.heatmap)
     print(f"wrote {' and '.join(written)}")
@@ -168,21 +169,22 @@ def print_search_summary(
     plan: Any, limits: ModelLimits, full: int, sinks: int, kv_capped: bool
 ) -> None:
     """What the search found, one window per KV head and layer, and what the numbers mean."""
-    t, n_kv = plan.seq_len, limits.kv.n_kv_head
+    t, n_kv, info = plan.seq_len, limits.kv.n_kv_head, plan.info
     group = limits.n_head // n_kv
-    kv = plan.kv_bytes or 0
-    cap = f"{plan.budget / MB:.3f} KV MB" if kv_capped else f"causal coverage {plan.budget}"
+    kv = info["kv_bytes"] or 0
+    budget = info["budget"]
+    cap = f"{budget / MB:.3f} KV MB" if kv_capped else f"causal coverage {budget}"
     expected = (
-        f"summed single-KV-head loss rise {plan.loss_increase:.4f} nats"
-        if plan.loss_increase is not None
-        else f"expected lost mass {plan.lost_mass:.4f}"
-        if plan.lost_mass is not None
-        else f"allocated on the {plan.signal} signal"
+        f"summed single-KV-head loss rise {info['loss_increase']:.4f} nats"
+        if info["loss_increase"] is not None
+        else f"expected lost mass {info['lost_mass']:.4f}"
+        if info["lost_mass"] is not None
+        else f"allocated on the {info['signal']} signal"
     )
     print(
-        f"plan for {plan.model} at T={t} ({plan.signal} signal, {sinks} sinks per head), budget "
-        f"{cap}: causal coverage {plan.coverage:.4f}, KV {kv / MB:.3f} MB of the full cache's "
-        f"{full / MB:.3f} MB per sequence (KV share {kv / full:.3f}); {expected}"
+        f"plan for {info['model']} at T={t} ({info['signal']} signal, {sinks} sinks per head), "
+        f"budget {cap}: causal coverage {info['coverage']:.4f}, KV {kv / MB:.3f} MB of the full "
+        f"cache's {full / MB:.3f} MB per sequence (KV share {kv / full:.3f}); {expected}"
     )
     print(f"windows per layer, one per KV head ({n_kv} a layer, each read by {group} query heads):")
     for layer, row in enumerate(plan.windows):
@@ -227,8 +229,8 @@ def _apply_loaded(
     plan: Any, text: str,
 ) -> int:  # fmt: skip
     from aah.attention import coverage
+    from aah.attention.kv_bytes import full_kv_bytes, plan_kv_bytes
     from aah.integrations.hf import applied
-    from aah.integrations.hf.allocate import full_kv_bytes, plan_kv_bytes
     from aah.integrations.hf.search import calibration_batches
     from aah.integrations.hf.sweep import perplexity
 

@@ -2,11 +2,10 @@
 
 From each head's measured (EMA'd) mass beyond window m[h, w] (mass.py), choose one
 candidate per head over ALL layers minimising sum_h m[h, w_h] subject to the plan's causal
-coverage (aah.attention.coverage(plan, T).causal) <= budget. Greedy: start every head at the
-smallest window; repeatedly take the upgrade (head, wider window) with the largest mass
-saved per extra (query, key) pair that still fits; stop when none fits or saves mass. If
-even all-smallest is over budget it is used anyway and the record says so.
-No window-index EMA here: smoothing indices could break the budget.
+coverage (aah.attention.coverage(plan, T).causal) <= budget: the one allocator
+(`controller.allocate`, every head its own unit). If even all-smallest is over budget it is
+used anyway and the record says so. No window-index EMA here: smoothing indices could break
+the budget.
 
 budget-shuffled, the matched-coverage control: the same allocation, then each layer's windows
 permuted across its heads with a seeded draw at every update (`Shuffled`, built in
@@ -24,17 +23,17 @@ import numpy as np
 
 from aah.attention import coverage
 from aah.attention.cost import causal_pairs, window_pairs
+from aah.controller.allocate import Budget, allocate
 from aah.controller.base import BasePolicy
 from aah.controller.config import ControllerConfig
 from aah.controller.ema import FeatureEMA
-from aah.controller.greedy import greedy, pair_cap
 from aah.controller.options import BudgetOptions
 from aah.controller.protocol import QKV
 from aah.plan import Plan
 
 
 @dataclass(frozen=True)
-class Allocation:
+class BudgetAllocation:
     """Chosen candidate index per head, with its cost and expected loss."""
 
     indices: list[int]
@@ -45,33 +44,32 @@ class Allocation:
 
 def allocate_budget(
     mass: np.ndarray, windows: Sequence[int], seq_len: int, budget: float
-) -> Allocation:
-    """Greedy allocation described in the module docstring (`greedy.greedy`); `mass` is
-    (heads, n_windows)."""
+) -> BudgetAllocation:
+    """`allocate.allocate` on `mass` (heads, n_windows), every head its own unit under the
+    coverage `budget` (module docstring)."""
     mass = np.asarray(mass, dtype=np.float64)
     n = mass.shape[0]
+    alloc = allocate(mass[None], windows, Budget(seq_len, 1, n, coverage=budget))
+    cur = np.zeros(n, dtype=np.int64) if alloc is None else np.array(alloc.indices)
     per = np.array([window_pairs(int(w), seq_len) for w in windows], dtype=np.int64)
-    cost = np.tile(per, (n, 1))
-    cap = pair_cap(budget, n, seq_len)
-    chosen = greedy(mass, cost, cap)
-    exceeded = chosen is None
-    cur = np.zeros(n, dtype=np.int64) if chosen is None else chosen
-    return Allocation(
+    return BudgetAllocation(
         indices=[int(i) for i in cur],
         coverage=int(per[cur].sum()) / (n * causal_pairs(seq_len)),
         lost_mass=float(mass[np.arange(n), cur].mean()),
-        exceeded=exceeded,
+        exceeded=alloc is None,
     )
 
 
-def allocated_plan(alloc: Allocation, windows: Sequence[int], n_layer: int, n_head: int) -> Plan:
+def allocated_plan(
+    alloc: BudgetAllocation, windows: Sequence[int], n_layer: int, n_head: int
+) -> Plan:
     """The plan of an allocation over every head of every layer (heads layer by layer)."""
     h = n_head
     return [[int(windows[i]) for i in alloc.indices[l * h : (l + 1) * h]] for l in range(n_layer)]
 
 
 def allocation_record(
-    alloc: Allocation, plan: Plan, seq_len: int, budget: float, expected: str
+    alloc: BudgetAllocation, plan: Plan, seq_len: int, budget: float, expected: str
 ) -> dict[str, float | bool]:
     """The plans.jsonl fields of an allocation; `expected` names its objective's mean."""
     return {

@@ -1,10 +1,10 @@
-"""The one greedy allocator: a candidate per unit under a cap, by loss saved per unit of cost.
+"""The allocator's greedy rule: a candidate per unit under a cap, by loss saved per unit of cost.
 
 Model-agnostic: a unit is whatever holds one window (a head of the project's GPT, a KV head of
 a transformers model), `loss[u, j]` what unit u is expected to lose at candidate j (attention
 mass beyond the window, a measured loss rise, an output error), `cost[u, j]` what candidate j
-costs it (attention pairs, KV bytes). `controller.budget` (training-time policies) and
-`integrations.hf.allocate` (searches on a pretrained model) both allocate through `greedy`.
+costs it (attention pairs, KV bytes). `controller.allocate`, the one allocator of the searches,
+post-hoc plans, training-time policies and studies, runs it.
 """
 
 from __future__ import annotations

@@ -27,11 +27,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from aah.attention.kv_bytes import head_sinks, held_positions, kv_capacities, kv_sinks
 from aah.model.cache_layout import (
     Bucket,
-    head_sinks,
-    kv_capacities,
-    kv_sinks,
     make_rows,
     padded_mask,
     ring_last,
@@ -139,12 +137,7 @@ class KVCache:
         """Bytes of the keys and values held: B * sum over layers and KV heads of
         (min(S, t) + min(C, t)) * D * 2 * element size, t the positions seen."""
         size = torch.empty((), dtype=self.dtype).element_size()
-        t = self.length
-        held = sum(
-            min(s, t) + min(c, t)
-            for caps, slots in zip(self.capacities, self.sink_slots, strict=True)
-            for c, s in zip(caps, slots, strict=True)
-        )
+        held = held_positions(self.capacities, self.sink_slots, self.length)
         return self.batch * held * self.head_dim * 2 * size
 
     def reserved_nbytes(self) -> int:

@@ -1,5 +1,5 @@
-"""How a window (and sink) plan lays out a per-head KV cache: capacities, sinks, buckets, rows,
-and which stored entries a decoding query reads.
+"""How a window (and sink) plan lays out a per-head KV cache: buckets, rows, and which stored
+entries a decoding query reads (the capacities and sink slots themselves: `attention.kv_bytes`).
 
 Shapes: B batch, Hq query heads, Hkv key/value heads, G = Hq / Hkv, D head dim; per KV head,
 S sink slots then a ring of C slots. Slot positions count every position fed to the cache
@@ -8,12 +8,9 @@ S sink slots then a ring of C slots. Slot positions count every position fed to 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-
-from aah.attention.cost import sink_slots
 
 Index = slice | torch.Tensor  # a slice where heads are contiguous (a view), else a gather
 
@@ -42,33 +39,6 @@ class Bucket:
     rows: list[Rows]
     k: torch.Tensor  # (B, Hb, S + C, D)
     v: torch.Tensor  # (B, Hb, S + C, D)
-
-
-def kv_capacities(plan: Sequence[Sequence[int]], n_kv_head: int, max_len: int) -> list[list[int]]:
-    """`[layer][kv_head]` ring capacities: min(largest window of the head's queries, max_len)."""
-    caps = []
-    for row in plan:
-        group = len(row) // n_kv_head
-        caps.append([min(max(row[j * group : (j + 1) * group]), max_len) for j in range(n_kv_head)])
-    return caps
-
-
-def head_sinks(windows: Sequence[int], sinks: Sequence[int], max_len: int) -> list[int]:
-    """Sinks that can matter within max_len positions: min(s, max_len - w) if w < max_len
-    (a sink j is outside the window of the query at p only if j <= p - w), else 0."""
-    return [sink_slots(w, s, max_len) for w, s in zip(windows, sinks, strict=True)]
-
-
-def kv_sinks(
-    plan: Sequence[Sequence[int]], sinks: Sequence[Sequence[int]], n_kv_head: int, max_len: int
-) -> list[list[int]]:
-    """`[layer][kv_head]` sink slots: the most any of the head's queries needs."""
-    out = []
-    for row, srow in zip(plan, sinks, strict=True):
-        group = len(row) // n_kv_head
-        eff = head_sinks(row, srow, max_len)
-        out.append([max(eff[j * group : (j + 1) * group]) for j in range(n_kv_head)])
-    return out
 
 
 def selector(heads: tuple[int, ...], device: torch.device) -> Index:

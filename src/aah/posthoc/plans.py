@@ -34,11 +34,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from aah.attention import coverage
 from aah.controller import ControllerConfig, make_policy
 from aah.controller.aahv3 import LayerInputs
 from aah.controller.adaptive import AdaptivePolicy
-from aah.controller.budget import allocate_budget
+from aah.controller.allocate import Budget, allocate
+from aah.controller.allocate import uniform_window as allocate_uniform
 from aah.controller.head_stats import attention_stats
 from aah.controller.shuffle import shuffled
 from aah.plan import Plan
@@ -60,29 +60,24 @@ SHUFFLED_SUFFIX = "-shuffled"
 POLICIES = BUDGETED + AAH
 
 
-def budget_plan(mass: np.ndarray, windows: Sequence[int], seq_len: int, cap: float) -> Plan:
-    n_layer, n_head, _ = mass.shape
-    idx = allocate_budget(mass.reshape(n_layer * n_head, -1), windows, seq_len, cap).indices
-    return [[windows[i] for i in idx[l * n_head : (l + 1) * n_head]] for l in range(n_layer)]
+def budget_plan(costs: np.ndarray, windows: Sequence[int], seq_len: int, cap: float) -> Plan:
+    """Per-head windows (`controller.allocate`, every head its own unit) at coverage `cap`;
+    every head at the smallest window when even that is over the cap."""
+    n_layer, n_head, _ = costs.shape
+    alloc = allocate(costs, windows, Budget(seq_len, n_layer, n_head, coverage=cap))
+    return [[windows[0]] * n_head for _ in range(n_layer)] if alloc is None else alloc.windows
 
 
 def uniform_window(seq_len: int, cap: float) -> int:
     """The largest w in [1, T] whose causal coverage is <= cap (1 if none is)."""
-    lo, hi = 1, seq_len
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if coverage([mid], seq_len).causal <= cap:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return allocate_uniform(Budget(seq_len, 1, 1, coverage=cap)) or 1
 
 
 def layer_plan(mass: np.ndarray, windows: Sequence[int], seq_len: int, cap: float) -> Plan:
     """One window per layer: the budget allocation over layers on the heads' mean mass."""
     n_head = mass.shape[1]
-    idx = allocate_budget(mass.mean(axis=1), windows, seq_len, cap).indices
-    return [[windows[i]] * n_head for i in idx]
+    plan = budget_plan(mass.mean(axis=1)[:, None, :], windows, seq_len, cap)
+    return [row * n_head for row in plan]
 
 
 def budgeted_plan(

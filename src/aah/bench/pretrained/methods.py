@@ -2,16 +2,18 @@
 
 A method turns the calibration signals into a window plan [layer][query head] (equal within
 each KV head, the unit of KV memory) whose KV bytes at T with the shared sinks fit the budget,
-counted as `PerHeadCache` holds them (`hf.allocate.plan_kv_bytes`):
+counted as `PerHeadCache` holds them (`controller.allocate.Budget`, `attention.kv_bytes`):
 
 - `full`: no plan (every head sees everything; KV fraction 1);
-- `uniform`: one window for every head, the widest that fits (StreamingLLM with the sinks);
-- `output`, `mass`: greedy allocation (`hf.allocate.allocate_kv_heads`) on the measured signal
-  of the same name (`hf.search.measure_signal`);
+- `uniform`: one window for every head, the widest that fits (StreamingLLM with the sinks;
+  `controller.allocate.uniform_window`);
+- `output`, `mass`: greedy allocation per KV head (`controller.allocate.allocate`) on the
+  measured signal of the same name (`hf.measure.measure_signal`), summed per KV head;
 - `output+retrieval`: the same greedy allocation on the output signal of running text plus
   the output signal at the answer rows of retrieval calibration prompts
   (`hf.retrieval_calib`), each divided by its total at the smallest candidate so the two
-  weigh the same: text loss and fetching one fact from far back, both;
+  weigh the same (`hf.measure.blended` on the per-query-head signals, as the committed
+  results were made; the search's `Blend` does the same per KV head);
 - `suffix-loss`: the same greedy allocation on the measured loss rise of cutting each KV head
   alone to each candidate, over the last tokens of calibration blocks whose context stays at
   full attention (`hf.suffix_loss`): the loss search, at about 1/8 of its cost;
@@ -35,12 +37,12 @@ counted as `PerHeadCache` holds them (`hf.allocate.plan_kv_bytes`):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import torch
 
+from aah.controller.allocate import Budget, allocate, kv_head_costs, uniform_window
 from aah.controller.shuffle import shuffled
-from aah.integrations.hf.allocate import KVShape, allocate_kv_heads, full_kv_bytes, plan_kv_bytes
+from aah.integrations.hf.measure import blended
 from aah.plan import Plan
 
 SHUFFLED = "-shuffled"
@@ -72,72 +74,19 @@ def signals_needed(methods: Sequence[str]) -> list[str]:
     return sorted({s for base in bases & SIGNALS_OF.keys() for s in SIGNALS_OF[base]})
 
 
-def blended(signals: Mapping[str, torch.Tensor], names: Sequence[str]) -> torch.Tensor:
-    """The named signals, equally weighted (`hf.search.blended`)."""
-    from aah.integrations.hf.search import blended as blend
-
-    return blend([signals[name] for name in names])
-
-
-@dataclass(frozen=True)
-class Budget:
-    """KV bytes per sequence after `seq_len` positions that every plan must fit."""
-
-    seq_len: int
-    sinks: int
-    shape: KVShape
-    n_layer: int
-    n_head: int
-    kv_bytes: int
-
-    @property
-    def full_bytes(self) -> int:
-        return full_kv_bytes(self.shape, self.n_layer, self.seq_len)
-
-    def bytes_of(self, plan: Plan | None) -> int:
-        if plan is None:
-            return self.full_bytes
-        rows = [[self.sinks] * self.n_head for _ in range(self.n_layer)]
-        return plan_kv_bytes(plan, rows, self.shape, self.seq_len)
-
-    def fraction_of(self, plan: Plan | None) -> float:
-        return self.bytes_of(plan) / self.full_bytes
-
-
-def budget_at(
-    fraction: float, seq_len: int, sinks: int, shape: KVShape, n_layer: int, n_head: int
-) -> Budget:
-    """The budget of `fraction` (in (0, 1]) of the full cache's bytes at `seq_len`."""
-    if not 0 < fraction <= 1:
-        raise ValueError(f"KV fraction must be in (0, 1], got {fraction}")
-    full = full_kv_bytes(shape, n_layer, seq_len)
-    return Budget(seq_len, sinks, shape, n_layer, n_head, int(fraction * full))
-
-
 def uniform_plan(budget: Budget) -> Plan:
-    """The widest single window for every head whose KV bytes fit (bytes grow with w)."""
-    lo, hi = 1, budget.seq_len
-    if budget.bytes_of(_everywhere(budget, lo)) > budget.kv_bytes:
+    """The widest single window for every head whose KV bytes fit."""
+    window = uniform_window(budget)
+    if window is None:
         raise ValueError(f"KV budget {budget.kv_bytes} B is below one window of 1 + sinks")
-    while lo < hi:  # the widest w that fits lies in [lo, hi]
-        mid = (lo + hi + 1) // 2
-        if budget.bytes_of(_everywhere(budget, mid)) <= budget.kv_bytes:
-            lo = mid
-        else:
-            hi = mid - 1
-    return _everywhere(budget, lo)
-
-
-def _everywhere(budget: Budget, window: int) -> Plan:
-    return [[window] * budget.n_head for _ in range(budget.n_layer)]
+    return budget.everywhere(window)
 
 
 def allocated_plan(signal: torch.Tensor, candidates: Sequence[int], budget: Budget) -> Plan:
-    """Greedy per-KV-head allocation of `signal` (L, Hq, n_windows) within the budget."""
-    alloc = allocate_kv_heads(
-        signal, candidates, budget.seq_len, budget.shape, sinks=budget.sinks,
-        kv_budget=budget.kv_bytes,
-    )  # fmt: skip
+    """Greedy per-KV-head allocation of `signal` (L, Hq, n_windows), summed per KV head,
+    within the budget."""
+    costs = kv_head_costs(signal, budget.kv_shape.n_kv_head)
+    alloc = allocate(costs, candidates, budget)
     if alloc is None:
         raise ValueError(
             f"KV budget {budget.kv_bytes} B is below the smallest candidate ({candidates[0]}) "
@@ -204,8 +153,9 @@ def build_plans(
             signal = signals[SIGNALS_OF[base][0]][..., keep]
             plan = allocated_plan(signal, [recent, cands[-1]], budget)
         else:
-            plan = allocated_plan(blended(signals, SIGNALS_OF[base]), cands, budget)
+            parts = [signals[name] for name in SIGNALS_OF[base]]
+            plan = allocated_plan(blended(parts), cands, budget)
         if method != base:
-            plan = shuffled_twin(plan, budget.shape.n_kv_head, seed + 1)  # type: ignore[arg-type]
+            plan = shuffled_twin(plan, budget.kv_shape.n_kv_head, seed + 1)  # type: ignore[arg-type]
         plans[method] = plan
     return plans

@@ -232,7 +232,7 @@ def measure_signals(
     split evenly over each KV head's query heads."""
     from aah.integrations.hf import layout
     from aah.integrations.hf.ablation import per_query_head
-    from aah.integrations.hf.search import measure_retrieval, measure_signal
+    from aah.integrations.hf.measure import measure_retrieval, measure_signal
     from aah.integrations.hf.suffix_loss import measure_suffix_loss_costs
 
     out = {}
@@ -319,8 +319,9 @@ def evaluate(model, plans, items, score, kind, args, store: CellStore) -> dict[s
 def all_plans(model, tokenizer, calib, args, store: CellStore) -> tuple[dict, dict]:
     """Every (method, KV fraction) -> plan, and every KV fraction -> its budget (AAH-v3 adds
     its own fraction, with `uniform` there to compare against)."""
+    from aah.controller.allocate import Budget
     from aah.integrations.hf import layout
-    from aah.integrations.hf.allocate import kv_shape
+    from aah.integrations.hf.model_layout import kv_shape
 
     lay, shape, t = layout(model), kv_shape(model), args.seq_len
     cands = candidates(t, args.recent)
@@ -328,7 +329,7 @@ def all_plans(model, tokenizer, calib, args, store: CellStore) -> tuple[dict, di
         model, tokenizer, calib, cands, methods.signals_needed(args.methods), args, store
     )
     budgets = {
-        f: methods.budget_at(f, t, args.sinks, shape, lay.n_layer, lay.n_head)
+        f: Budget.at_kv_fraction(f, t, lay.n_layer, lay.n_head, shape, args.sinks)
         for f in args.kv_fractions
     }
     plans = {
@@ -341,7 +342,7 @@ def all_plans(model, tokenizer, calib, args, store: CellStore) -> tuple[dict, di
     if set(methods.AAH_METHODS) & set(args.methods):
         aah = aah_plans(model, calib[0], args, store)
         own = next(iter(budgets.values())).fraction_of(aah["aah-v3"])
-        budgets[own] = methods.budget_at(own, t, args.sinks, shape, lay.n_layer, lay.n_head)
+        budgets[own] = Budget.at_kv_fraction(own, t, lay.n_layer, lay.n_head, shape, args.sinks)
         plans[("uniform", own)] = methods.uniform_plan(budgets[own])
         plans |= {(m, own): p for m, p in aah.items() if m in args.methods}
     return plans, budgets

@@ -30,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 from aah.controller.ablation import monotone_in_window, single_cuts
-from aah.integrations.hf.allocate import check_candidates
+from aah.controller.allocate import check_candidates
 from aah.integrations.hf.apply_plan import applied
 from aah.integrations.hf.model_layout import decoder_layers, layout
 from aah.integrations.hf.replay import recording, replaying
@@ -168,7 +168,7 @@ def measure_loss_costs(
 
 def per_query_head(costs: torch.Tensor, n_head: int) -> torch.Tensor:
     """(L, Hkv, n_w) -> (L, Hq, n_w): each KV head's cost split evenly over its G query heads,
-    so that their sum, which `hf.allocate` allocates on, is the KV head's cost."""
+    so that their sum, which `controller.allocate` allocates on, is the KV head's cost."""
     n_kv = costs.shape[1]
     if n_head % n_kv:
         raise ValueError(f"{n_head} query heads do not split into {n_kv} KV heads")

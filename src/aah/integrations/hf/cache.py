@@ -155,8 +155,7 @@ class PerHeadCache(Cache):
             sinks = getattr(module, SINKS_ATTR, None)
             self.sinks.append([0] * lay.n_head if sinks is None else [int(s) for s in sinks])
         self.n_kv_head = lay.n_kv_head
-        head_dim = getattr(config, "head_dim", None)
-        self.head_dim = int(head_dim or config.hidden_size // lay.n_head)
+        self.head_dim = lay.head_dim
         self.store: KVCache | None = None
         self.pending: list[_Step | None] = [None] * lay.n_layer
         super().__init__(layers=[_Layer(self, i) for i in range(lay.n_layer)])

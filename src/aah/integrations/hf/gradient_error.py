@@ -92,7 +92,7 @@ def measure_gradient_error(
     """(L, Hkv, n_windows) float64: `gradient_error` per layer, the mean over `batches`; one
     forward and one backward per batch, every head full, the model's weights untouched (no
     parameter gradient is kept)."""
-    from aah.integrations.hf.allocate import check_candidates
+    from aah.controller.allocate import check_candidates
     from aah.integrations.hf.apply_plan import probing
     from aah.integrations.hf.model_layout import layout
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
+from aah.controller.allocate import check_candidates
 from aah.controller.mass import mass_beyond
-from aah.integrations.hf.allocate import check_candidates
 from aah.integrations.hf.apply_plan import probing
 from aah.integrations.hf.mass import mass_beyond_given_sinks
 from aah.integrations.hf.model_layout import layout
@@ -141,8 +141,9 @@ def measure_retrieval(
     **kw: Any,
 ) -> torch.Tensor:
     """The output signal at the answer rows of `prompts` retrieval prompts built on the
-    calibration blocks (`hf.retrieval_calib`): what cutting each head costs when the model must
-    fetch one fact from far back. `kw` as `measure_signal` (seed, sinks, progress)."""
+    calibration blocks (`hf.retrieval_calib`): how far cutting each head moves its output on
+    the rows that predict an answer stated earlier in the prompt. `kw` as `measure_signal`
+    (seed, sinks, progress)."""
     from aah.integrations.hf.retrieval_calib import retrieval_prompts
 
     blocks = [row.view(1, -1) for batch in batches for row in batch]
@@ -150,24 +151,6 @@ def measure_retrieval(
     items = retrieval_prompts(blocks, tokenizer, prompts, seed=kw.get("seed", 0), vocab_size=vocab)
     return measure_signal(model, [p.ids for p in items], candidates, "output",
                           query_rows=[p.rows for p in items], **kw)  # fmt: skip
-
-
-def measure_retrieval_blend(
-    model: torch.nn.Module,
-    batches: Sequence[torch.Tensor],
-    candidates: Sequence[int],
-    *,
-    prompts: int = 16,
-    tokenizer: Any | None = None,
-    **kw: Any,
-) -> torch.Tensor:
-    """The "output+retrieval" signal: the output signal of the calibration text `blended` with
-    `measure_retrieval` on the same blocks, so a head that fetches one fact from far back
-    keeps the context it needs even when running text barely uses it."""
-    text = measure_signal(model, batches, candidates, "output", **kw)
-    retrieval = measure_retrieval(model, batches, candidates, prompts=prompts,
-                                  tokenizer=tokenizer, **kw)  # fmt: skip
-    return blended([text, retrieval])
 
 
 def measure_mass(

@@ -1,5 +1,6 @@
 """What the Hugging Face integration reads off a transformers model: its family, sizes,
-attention modules in order and each layer's own sliding window; and the transformers import.
+attention modules in order, each layer's own sliding window and what its KV memory costs; and
+the transformers import.
 
 transformers is imported lazily: without it `require_transformers` raises ImportError naming
 `pip install 'aah-attention[hf]'`.
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 from types import ModuleType
 
 import torch
+
+from aah.attention.kv_bytes import KVShape
 
 # model_type -> attribute path from the base model to the decoder layers, and the layer's attention.
 FAMILIES: dict[str, tuple[str, str]] = {
@@ -43,6 +46,7 @@ class Layout:
     n_head: int
     n_kv_head: int
     modules: tuple[torch.nn.Module, ...]
+    head_dim: int  # the config's own, or hidden_size / n_head
 
 
 def layout(model: torch.nn.Module) -> Layout:
@@ -61,7 +65,8 @@ def layout(model: torch.nn.Module) -> Layout:
     modules = tuple(getattr(layer, attn_attr) for layer in decoder_layers(model))
     n_head = int(config.num_attention_heads)
     n_kv = int(getattr(config, "num_key_value_heads", None) or n_head)
-    return Layout(family, len(modules), n_head, n_kv, modules)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // n_head)
+    return Layout(family, len(modules), n_head, n_kv, modules, head_dim)
 
 
 def decoder_layers(model: torch.nn.Module) -> Sequence[torch.nn.Module]:
@@ -79,3 +84,11 @@ def sliding_windows(model: torch.nn.Module) -> list[int | None]:
         cap = getattr(module, "sliding_window", getattr(config, "sliding_window", None))
         caps.append(int(cap) if cap else None)
     return caps
+
+
+def kv_shape(model: torch.nn.Module) -> KVShape:
+    """The model's `KVShape` as `PerHeadCache` stores it: KV heads, D * 2 * itemsize bytes per
+    position (the dtype of its parameters), each layer's sliding window."""
+    lay = layout(model)
+    itemsize = next(model.parameters()).element_size()
+    return KVShape(lay.n_kv_head, lay.head_dim * 2 * itemsize, tuple(sliding_windows(model)))

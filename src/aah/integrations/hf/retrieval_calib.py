@@ -1,11 +1,11 @@
 """Retrieval calibration prompts: one fact hidden in calibration text, then a question about it.
 
-A plan allocated on sampled rows of running text weighs what most tokens need. A head that
-matters only when the model must fetch one fact from far back (a retrieval head) barely moves
-that average, and gets a short window. These prompts measure that case: a calibration block
+A plan allocated on sampled rows of running text weighs what most tokens need; a head that
+matters mostly when the model must fetch one fact from far back may barely move that average.
+These prompts measure the output signal where such a fetch happens: a calibration block
 with one fact sentence inserted at a depth, then a question whose answer is the fact, then the
 answer itself (teacher forcing). The rows that predict the answer's tokens are where the
-output signal is measured (`hf.search.measure_signal(..., query_rows=...)`).
+output signal is measured (`hf.measure.measure_signal(..., query_rows=...)`).
 
 The wording is unlike the needle benchmark's (`aah.bench.pretrained.needles`): 6-digit access
 codes and (person, pet) facts hidden in real source code, not 5-digit pass keys and (name,

@@ -1,24 +1,24 @@
 """Post-hoc window plan search for a Hugging Face model under a coverage or KV-byte budget.
 
-1. Run calibration batches through the model with "aah" attention at full causal windows and a
-   probe in every layer (`hf.probing`): the probe gets each layer's post-RoPE q, k, v and the
-   layer's score scale, and measures the share of each query head's attention that a candidate
-   window with `sinks` attention sinks would lose (keys outside the window that are not sinks:
-   `controller.mass.mass_beyond` without sinks, `hf.mass.mass_beyond_given_sinks` with them;
-   exact rows of sampled queries, no T x T matrix). Shares are averaged over batches: mass
-   (n_layer, Hq, n_windows).
-2. `hf.allocate.allocate_kv_heads` picks one candidate per KV head (the unit of KV memory; its
-   query heads share it) over ALL layers, minimising the mass lost with the plan's causal
-   coverage (sinks included) or its KV bytes at the calibration length within the budget.
+1. A signal (`hf.signals`: "output" by default, "mass", "output+retrieval", "retrieval",
+   "loss", "suffix-loss", or any registered one) measures on calibration batches what cutting
+   each KV head to each candidate window costs: (n_layer, n_kv_head, n_windows), lower is
+   better, with the search's sinks.
+2. The one allocator (`controller.allocate.allocate`) picks one candidate per KV head (the
+   unit of KV memory; its query heads share it) over ALL layers, minimising the summed cost
+   with the plan's causal coverage (sinks included) or its KV bytes at the calibration length
+   within the budget; with `floor`, no KV head goes below that share of the uniform window at
+   the same budget.
 
-With `signal="output"` step 1 measures instead, from the same sampled rows and the layer's
-output projection, how far each window moves the head's contribution to the residual stream
-(`hf.output_error`), and step 2 allocates on that. With `signal="loss"` step 1 measures
-instead the rise of the calibration loss when each KV head alone is cut to each candidate
-(`hf.ablation`: one forward over the calibration batches per (KV head, candidate < T)), and
-step 2 allocates on those costs in place of the mass. `signal="suffix-loss"` measures the same
-rise over the last tokens of each block only, the context before them frozen at full
-attention (`hf.suffix_loss`: each cut reruns those tokens from its layer on; 8x cheaper at T/16).
+The plan is a `WindowPlan` (windows, sinks, seq_len = the calibration length T) whose `info`
+records the search: `budget` (a coverage, or bytes), `budget_unit` ("coverage" or
+"kv_bytes"), `coverage` (causal, at T, sinks included), `kv_bytes` (what `PerHeadCache` holds
+per sequence after T positions; None for a plan of costs given without the model's KV shape),
+`candidates`, `model` (its class name), `signal` (its name), `lost_mass` (the mean over query
+heads of the chosen attention mass, for a signal whose unit is "mass", else None),
+`loss_increase` (the summed single-KV-head loss rises of the chosen windows in nats, for a
+"loss" unit, else None) and `floor` (the floor window, only when one was given). Older plan
+files (the searched-plan format with `sinks: null`) load the same way (`WindowPlan.load`).
 
 Layers with a sliding window of their own (Mistral, Qwen sliding layers) are measured and
 costed in coverage as if full causal (at run time they see min(plan window, sliding window));
@@ -27,6 +27,7 @@ their KV bytes count the capped window, as `PerHeadCache` stores it.
 
 from __future__ import annotations
 
+import inspect
 import math
 import sys
 from collections.abc import Sequence
@@ -35,33 +36,27 @@ from typing import Any
 import torch
 
 from aah.attention import coverage
-from aah.integrations.hf.ablation import chosen_cost
-from aah.integrations.hf.allocate import (
-    KVShape,
-    allocate_kv_costs,
+from aah.attention.kv_bytes import KVShape, plan_kv_bytes
+from aah.controller.allocate import (
+    Budget,
+    allocate,
     check_candidates,
-    full_kv_bytes,
     kv_head_costs,
-    kv_shape,
-    plan_kv_bytes,
+    uniform_window,
 )
+from aah.integrations.hf.ablation import chosen_cost
 from aah.integrations.hf.data import TextLike, token_batches
 from aah.integrations.hf.load import resolve_tokenizer
-from aah.integrations.hf.measure import (  # noqa: F401  (re-exported: the measurements' old home)
-    PROBED,
-    blended,
-    measure_mass,
-    measure_output_error,
-    measure_retrieval,
-    measure_retrieval_blend,
-    measure_signal,
-)
-from aah.integrations.hf.model_layout import layout
-from aah.integrations.hf.searched_plan import SearchedPlan
-from aah.integrations.hf.signal_registry import make_signal, signal_names
+from aah.integrations.hf.model_layout import kv_shape, layout
+from aah.integrations.hf.signal_registry import make_signal, signal_factory, signal_names
 from aah.integrations.hf.signals import SearchContext, Signal
+from aah.plan import WindowPlan
 
 DEFAULT_SEQ_LEN = 512
+#: blocks of the shipped mix a search reads when given no text
+MIX_BLOCKS = 8
+#: search-wide options passed to the signals that take them (ignored by the others)
+SHARED_OPTIONS = ("sample_queries",)
 
 
 def default_candidates(seq_len: int) -> list[int]:
@@ -77,81 +72,66 @@ def check_signal(signal: str) -> str:
     return signal
 
 
-def check_budget(budget: float | None, kv_budget: int | None) -> None:
-    """ValueError unless exactly one is given: coverage in (0, 1], or bytes >= 1."""
-    if (budget is None) == (kv_budget is None):
-        raise ValueError("give exactly one of budget (coverage) and kv_budget (KV bytes)")
-    if budget is not None and (not math.isfinite(budget) or not 0 < budget <= 1):
-        raise ValueError(f"budget must be in (0, 1], got {budget}")
-    if kv_budget is not None and (
-        isinstance(kv_budget, bool) or int(kv_budget) != kv_budget or kv_budget < 1
-    ):
-        raise ValueError(f"kv_budget must be an int of bytes >= 1, got {kv_budget}")
-
-
 def plan_from_costs(
     costs: torch.Tensor,
     candidates: Sequence[int],
-    seq_len: int,
-    budget: float | None,
+    budget: Budget,
     model_name: str,
     *,
-    n_head: int,
-    shape: KVShape,
-    sinks: int = 0,
-    kv_budget: int | None = None,
     signal: str = "mass",
     unit: str = "mass",
-) -> SearchedPlan:
-    """One candidate per KV head (module docstring) on costs (L, Hkv, n_w) of a model with
-    `n_head` query heads per layer, measured with the same `sinks`, within `budget` (causal
-    coverage at `seq_len`, in (0, 1]) or `kv_budget` (bytes per sequence after `seq_len`
-    positions): give exactly one. The plan records `signal`, and by the costs' `unit` (see
-    `hf.signals.Signal`) the lost mass ("mass") or the summed loss rise of the chosen windows
-    ("loss", nats).
+    floor: int = 0,
+) -> WindowPlan:
+    """One candidate per KV head on costs (L, Hkv, n_w) measured with the budget's sinks
+    (`controller.allocate.allocate`), as a plan whose `info` records the search (module
+    docstring). `unit` is the costs' (`hf.signals.Signal.unit`): "mass" keeps `lost_mass`,
+    "loss" keeps `loss_increase`. `floor`: a candidate window no KV head goes below.
 
-    Raises ValueError if the budget is out of range or below the all-smallest plan's cost.
+    Raises ValueError if the budget is below the all-smallest (or all-floor) plan's cost.
     """
     cands = check_candidates(candidates)
-    n_layer, _, n_w = costs.shape
-    if n_w != len(cands):
-        raise ValueError(f"the costs have {n_w} windows per head, {len(cands)} candidates given")
-    check_budget(budget, kv_budget)
-    alloc = allocate_kv_costs(
-        costs, cands, seq_len, shape, n_head=n_head, sinks=sinks, budget=budget,
-        kv_budget=kv_budget,
-    )  # fmt: skip
-    sink_rows = [[sinks] * n_head for _ in range(n_layer)] if sinks else None
-    if alloc is None:
-        smallest = [[cands[0]] * n_head for _ in range(n_layer)]
-        if budget is not None:
-            floor = f"coverage {coverage(smallest, seq_len, sink_rows or 0).causal:.4f}"
-        else:
-            floor = f"{plan_kv_bytes(smallest, sink_rows, shape, seq_len)} KV bytes"
-        fix = "a larger budget" + (" or fewer sinks" if sinks else "")
-        if cands[0] > 1:
-            fix = "a smaller candidate window, " + fix
+    n_layer, n_kv = costs.shape[:2]
+    shape = budget.kv_shape
+    if (n_layer, n_kv) != (shape.n_layer, shape.n_kv_head):
         raise ValueError(
-            f"budget {budget if budget is not None else kv_budget} is below the smallest "
-            f"candidate's {floor} at T={seq_len}; give {fix}"
+            f"costs are {n_layer} layers x {n_kv} KV heads, the model has {shape.n_layer} x "
+            f"{shape.n_kv_head}"
         )
-    kv_bytes = (
-        plan_kv_bytes(alloc.windows, sink_rows, shape, seq_len) if shape.position_bytes else None
-    )
-    return SearchedPlan(
-        windows=alloc.windows,
-        budget=float(budget if budget is not None else kv_budget),  # type: ignore[arg-type]
-        coverage=coverage(alloc.windows, seq_len, sink_rows or 0).causal,
-        candidates=cands,
-        model=model_name,
-        seq_len=int(seq_len),
-        lost_mass=alloc.lost_mass if unit == "mass" else None,
-        sinks=sink_rows,
-        budget_unit="coverage" if budget is not None else "kv_bytes",
-        kv_bytes=kv_bytes,
-        signal=signal,
-        loss_increase=chosen_cost(costs, alloc.windows, cands) if unit == "loss" else None,
-    )
+    if not isinstance(signal, str) or not signal:
+        raise ValueError(f"signal must be a signal's name, got {signal!r}")
+    alloc = allocate(costs, cands, budget, floor=floor)
+    sink_rows = budget.sink_rows()
+    t = budget.seq_len
+    if alloc is None:
+        smallest = budget.everywhere(floor or cands[0])
+        if budget.coverage is not None:
+            least = f"coverage {coverage(smallest, t, sink_rows or 0).causal:.4f}"
+        else:
+            least = f"{plan_kv_bytes(smallest, sink_rows, shape, t)} KV bytes"
+        fixes = ["a lower floor"] if floor else ["a smaller candidate window"] * (cands[0] > 1)
+        fixes += ["a larger budget"] + ["fewer sinks"] * bool(budget.sinks)
+        fix = ", ".join(fixes[:-1]) + (" or " if len(fixes) > 1 else "") + fixes[-1]
+        what = "floor" if floor else "smallest candidate"
+        raise ValueError(
+            f"budget {budget.coverage if budget.coverage is not None else budget.kv_bytes} is "
+            f"below the {what}'s {least} at T={t}; give {fix}"
+        )
+    info: dict[str, Any] = {
+        "budget": budget.value,
+        "coverage": coverage(alloc.windows, t, sink_rows or 0).causal,
+        "candidates": cands,
+        "model": model_name,
+        "lost_mass": alloc.lost if unit == "mass" else None,
+        "budget_unit": budget.unit,
+        "kv_bytes": plan_kv_bytes(alloc.windows, sink_rows, shape, t)
+        if shape.position_bytes
+        else None,
+        "signal": signal,
+        "loss_increase": chosen_cost(costs, alloc.windows, cands) if unit == "loss" else None,
+    }
+    if floor:
+        info["floor"] = floor
+    return WindowPlan.of(alloc.windows, sink_rows, t, **info)
 
 
 def plan_from_mass(
@@ -164,51 +144,13 @@ def plan_from_mass(
     shape: KVShape | None = None,
     sinks: int = 0,
     kv_budget: int | None = None,
-) -> SearchedPlan:
-    """`plan_from_costs` on a per-query-head mass (L, Hq, n_w), summed per KV head. `shape` is
-    the model's (`hf.allocate.kv_shape`); without it every query head is its own KV head and
-    KV bytes are not counted."""
+) -> WindowPlan:
+    """`plan_from_costs` on a per-query-head mass (L, Hq, n_w), summed per KV head, within
+    `budget` (coverage) or `kv_budget` (bytes). `shape` is the model's (`hf.model_layout.
+    kv_shape`); without it every query head is its own KV head and KV bytes are not counted."""
     n_layer, n_head, _ = mass.shape
-    if kv_budget is not None and shape is None:
-        raise ValueError("a kv_budget needs the model's shape (hf.allocate.kv_shape)")
-    if shape is None:
-        shape = KVShape(n_head, 0, (None,) * n_layer)
-    return plan_from_costs(
-        kv_head_costs(mass, shape.n_kv_head), candidates, seq_len, budget, model_name,
-        n_head=n_head, shape=shape, sinks=sinks, kv_budget=kv_budget,
-    )  # fmt: skip
-
-
-def plan_from_loss(
-    costs: torch.Tensor,
-    candidates: Sequence[int],
-    seq_len: int,
-    budget: float | None,
-    model_name: str,
-    *,
-    n_head: int,
-    shape: KVShape,
-    sinks: int = 0,
-    kv_budget: int | None = None,
-    signal: str = "loss",
-) -> SearchedPlan:
-    """`plan_from_costs` on loss costs (L, Hkv, n_w) from `hf.ablation.measure_loss_costs` or
-    `hf.suffix_loss.measure_suffix_loss_costs`: the plan has that `signal`, no `lost_mass`, and
-    `loss_increase`, the summed costs of the chosen windows (nats)."""
-    n_layer, n_kv, _ = costs.shape
-    if n_kv != shape.n_kv_head or len(shape.sliding) != n_layer:
-        raise ValueError(
-            f"costs are {n_layer} layers x {n_kv} KV heads, the model has "
-            f"{len(shape.sliding)} x {shape.n_kv_head}"
-        )
-    return plan_from_costs(
-        costs, candidates, seq_len, budget, model_name, n_head=n_head, shape=shape,
-        sinks=sinks, kv_budget=kv_budget, signal=check_signal(signal), unit="loss",
-    )  # fmt: skip
-
-
-#: blocks of the shipped mix a search reads when given no text
-MIX_BLOCKS = 8
+    cap = Budget(seq_len, n_layer, n_head, budget, kv_budget, sinks, shape)
+    return plan_from_costs(kv_head_costs(mass, cap.kv_shape.n_kv_head), candidates, cap, model_name)
 
 
 def model_positions(model: torch.nn.Module, seq_len: int | None) -> int:
@@ -253,6 +195,38 @@ def calibration_batches(
     )
 
 
+def search_budget(
+    model: torch.nn.Module,
+    seq_len: int,
+    sinks: int,
+    *,
+    budget: float | None = None,
+    kv_budget: int | None = None,
+    kv_fraction: float | None = None,
+) -> Budget:
+    """The model's `Budget` at `seq_len` from exactly one of a coverage, KV bytes, or a KV
+    fraction in (0, 1] of the full cache's bytes at seq_len."""
+    if sum(b is not None for b in (budget, kv_budget, kv_fraction)) != 1:
+        raise ValueError("give exactly one of budget, kv_budget and kv_fraction")
+    lay, shape = layout(model), kv_shape(model)
+    if kv_fraction is not None:
+        return Budget.at_kv_fraction(kv_fraction, seq_len, lay.n_layer, lay.n_head, shape, sinks)
+    return Budget(seq_len, lay.n_layer, lay.n_head, budget, kv_budget, sinks, shape)
+
+
+def floor_window(budget: Budget, floor: float) -> int:
+    """The window `floor` (a share in [0, 1]) of the uniform window at `budget` is, at least
+    1; 0 for no floor."""
+    if isinstance(floor, bool) or not math.isfinite(floor) or not 0 <= floor <= 1:
+        raise ValueError(f"floor must be a share in [0, 1] of the uniform window, got {floor}")
+    if floor == 0:
+        return 0
+    uniform = uniform_window(budget)
+    if uniform is None:
+        raise ValueError(f"budget {budget.value:g} is below one window of 1 for every head")
+    return max(1, int(floor * uniform))
+
+
 def search_plan(
     model: torch.nn.Module,
     calib: TextLike | None = None,
@@ -260,20 +234,20 @@ def search_plan(
     *,
     kv_budget: int | None = None,
     kv_fraction: float | None = None,
+    signal: str | Signal = "output",
     sinks: int = 0,
     seq_len: int | None = None,
     candidates: Sequence[int] | None = None,
+    floor: float = 0.0,
     batch_size: int = 1,
     max_batches: int | None = None,
-    sample_queries: int = 64,
     seed: int = 0,
     tokenizer: Any | None = None,
-    signal: str | Signal = "output",
-    suffix: int | None = None,
     progress: bool | None = None,
-) -> SearchedPlan:
-    """Measure mass (or loss costs) on `calib`, then allocate windows per KV head (module
-    docstring).
+    sample_queries: int | None = None,
+    suffix: int | None = None,
+) -> WindowPlan:
+    """Measure a signal on `calib`, then allocate windows per KV head (module docstring).
 
     Args:
         model: a supported transformers causal LM; left as it was on return.
@@ -285,37 +259,37 @@ def search_plan(
         kv_budget: the cap on KV bytes per sequence after T positions; or
         kv_fraction: that cap as a fraction in (0, 1] of the full cache's bytes at T (one of
             the three).
+        signal: a signal's name (`signal_names()`) or a `Signal` object carrying its own
+            options (`Output(sample_queries=32)`, `SuffixLoss(suffix=64)`, `Blend(...)`).
+            "output" (the default): the squared change of each head's residual-stream
+            contribution, `hf.output_error`, one pass; the allocation that beat one uniform
+            window on every kind of text measured (docs/pretrained.md). "mass": attention mass
+            beyond each window, one pass. "output+retrieval": the output signal blended,
+            equally weighted, with the same change measured at the answer rows of 16
+            retrieval prompts built on the calibration text. "loss": the loss rise of cutting
+            each KV head alone to each window, one pass per (KV head, candidate < T),
+            `hf.ablation`. "suffix-loss": the same rise over the last tokens of each block,
+            the context before them frozen at full attention, `hf.suffix_loss`.
         sinks: attention sinks of every head, measured and costed (default 0: none).
         seq_len: calibration length T (default 512, capped by the model and the data).
         candidates: ascending windows (default `default_candidates(T)`).
-        sample_queries: exact attention rows per head and batch (mass signal).
-        signal: "output" (the default: the squared change of each head's residual-stream
-            contribution, `hf.output_error`, one pass; the allocation that beat one uniform
-            window on every kind of text measured, docs/pretrained.md), "mass" (attention mass
-            beyond each window, one pass), "output+retrieval" (the output signal blended with
-            the same change at the answer rows of 16 retrieval prompts built on the
-            calibration text, equally weighted, `measure_retrieval_blend`), "loss" (the loss rise
-            of cutting each KV head alone to each window: one pass per (KV head, candidate <
-            T), `hf.ablation`) or "suffix-loss" (the same rise over the last `suffix` tokens
-            of each block, the context before them frozen at full attention: each cut reruns
-            only those tokens, `hf.suffix_loss`).
-        suffix: the tokens the "suffix-loss" signal scores per block (default T // 16).
+        floor: a share in [0, 1] of the uniform window at the same budget that every KV head
+            keeps at least (that window is measured and is a choice; default 0: no floor).
         progress: a progress bar over the calibration passes (None: when stderr is a
             terminal).
+        sample_queries: exact attention rows per head and batch, for the signals that sample
+            rows (a shorthand for their own option; default theirs, 64).
+        suffix: the tokens per block the "suffix-loss" signal scores (default T // 16); a
+            shorthand for `SuffixLoss(suffix=...)`.
     """
     tokenizer = resolve_tokenizer(model, tokenizer)  # the one `load_model` tied, if not given
     if progress is None:
         progress = sys.stderr.isatty()
+    measured = resolve_signal(signal, sample_queries=sample_queries, suffix=suffix)
+    limit = {"budget": budget, "kv_budget": kv_budget, "kv_fraction": kv_fraction}
+    floor_window(search_budget(model, model_positions(model, seq_len), sinks, **limit), floor)
     if calib is None:
         calib = shipped_mix(model, tokenizer, seq_len, max_batches or MIX_BLOCKS)
-    if isinstance(signal, str):
-        check_signal(signal)
-    if kv_fraction is None:
-        check_budget(budget, kv_budget)
-    elif budget is not None or kv_budget is not None:
-        raise ValueError("give exactly one of budget, kv_budget and kv_fraction")
-    elif not math.isfinite(kv_fraction) or not 0 < kv_fraction <= 1:
-        raise ValueError(f"kv_fraction must be in (0, 1], got {kv_fraction}")
     batches = calibration_batches(
         model,
         calib,
@@ -326,37 +300,37 @@ def search_plan(
     )
     t = batches[0].shape[1]
     cands = check_candidates(candidates) if candidates is not None else default_candidates(t)
-    name, shape = type(model).__name__, kv_shape(model)
-    if kv_fraction is not None:
-        kv_budget = max(1, int(kv_fraction * full_kv_bytes(shape, layout(model).n_layer, t)))
-    measured = resolve_signal(signal, sample_queries=sample_queries, suffix=suffix)
+    cap = search_budget(model, t, sinks, **limit)
+    least = floor_window(cap, floor)
+    if least and least not in cands:
+        cands = sorted([*cands, least])
     context = SearchContext(sinks=sinks, seed=seed, progress=progress, tokenizer=tokenizer)
     costs = measured.measure(model, batches, cands, context)
     return plan_from_costs(
-        costs, cands, t, budget, name, n_head=layout(model).n_head, shape=shape, sinks=sinks,
-        kv_budget=kv_budget, signal=measured.name, unit=measured.unit,
+        costs, cands, cap, type(model).__name__, signal=measured.name, unit=measured.unit,
+        floor=least,
     )  # fmt: skip
 
 
-def resolve_signal(
-    signal: str | Signal, *, sample_queries: int = 64, suffix: int | None = None
-) -> Signal:
-    """`signal` itself, or the registered signal of that name built with the two options
-    `search_plan` still takes as keywords (`sample_queries` for the one-pass signals, `suffix`
-    for "suffix-loss"; a Signal object carries its own options)."""
+def resolve_signal(signal: str | Signal, **options: Any) -> Signal:
+    """`signal` itself, or the registered signal of that name built with the `options` given
+    (not None): a `SHARED_OPTIONS` one goes to the signals that take it; any other the
+    signal must take, else ValueError. A Signal object carries its own options."""
+    given = {k: v for k, v in options.items() if v is not None}
     if not isinstance(signal, str):
         if not isinstance(signal, Signal):
             raise ValueError(
                 f"signal must be a name or a Signal (name, unit, measure), got {signal!r}"
             )
-        if suffix is not None:
-            raise ValueError("suffix is an option of SuffixLoss: give SuffixLoss(suffix=...)")
+        if set(given) - set(SHARED_OPTIONS):
+            names = ", ".join(sorted(set(given) - set(SHARED_OPTIONS)))
+            raise ValueError(f"{names}: give the signal's options on the signal itself")
         return signal
-    if suffix is not None and signal != "suffix-loss":
-        raise ValueError(f"suffix is for the suffix-loss signal, not {signal!r}")
-    options: dict[str, Any] = {}
-    if signal in ("mass", "output", "output+retrieval", "retrieval"):
-        options["sample_queries"] = sample_queries
-    elif signal == "suffix-loss" and suffix is not None:
-        options["suffix"] = suffix
-    return make_signal(signal, **options)
+    check_signal(signal)
+    takes = inspect.signature(signal_factory(signal)).parameters
+    for name in list(given):
+        if name not in takes:
+            if name not in SHARED_OPTIONS:
+                raise ValueError(f"{name} is not an option of the {signal!r} signal")
+            del given[name]
+    return make_signal(signal, **given)

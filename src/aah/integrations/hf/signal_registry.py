@@ -45,13 +45,19 @@ def signal_names() -> tuple[str, ...]:
     return (*BUILTIN_SIGNALS, *_registered)
 
 
-def make_signal(name: str, **options: Any) -> Any:
-    """The signal called `name`, built with `options` (that signal's own settings, e.g.
-    `suffix=` for "suffix-loss"); ValueError naming the known signals for an unknown name."""
+def signal_factory(name: str) -> Callable[..., Any]:
+    """The factory `make_signal(name, ...)` calls; ValueError naming the known signals for an
+    unknown name."""
     if name in _registered:
-        return _registered[name](**options)
+        return _registered[name]
     if name not in BUILTIN_SIGNALS:
         raise ValueError(f"signal must be one of {', '.join(signal_names())}, got {name!r}")
     from aah.integrations.hf.signals import BUILTIN_FACTORIES
 
-    return BUILTIN_FACTORIES[name](**options)
+    return BUILTIN_FACTORIES[name]
+
+
+def make_signal(name: str, **options: Any) -> Any:
+    """The signal called `name`, built with `options` (that signal's own settings, e.g.
+    `suffix=` for "suffix-loss"); ValueError naming the known signals for an unknown name."""
+    return signal_factory(name)(**options)

@@ -4,7 +4,7 @@ A signal measures, on calibration batches, a cost per KV head and candidate wind
 the model loses when that KV head (the unit of KV memory) is cut to that window, lower is
 better. `hf.search.search_plan` hands every signal the same batches, candidates and shared
 settings (`SearchContext`), and allocates windows on the costs with one allocator
-(`hf.allocate.allocate_kv_costs`). A signal's own options live on the signal:
+(`controller.allocate.allocate`). A signal's own options live on the signal:
 
     Mass(sample_queries=64)     attention mass beyond each window (one pass)
     Output(sample_queries=64)   the squared change of each head's residual-stream contribution
@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from aah.integrations.hf.allocate import kv_head_costs
+from aah.controller.allocate import kv_head_costs
 from aah.integrations.hf.model_layout import layout
 
 
@@ -68,7 +68,7 @@ def _per_kv_head(model: torch.nn.Module, per_query_head: torch.Tensor) -> torch.
 
 @dataclass(frozen=True)
 class Mass:
-    """The attention mass beyond each window and outside the sinks (`hf.search.measure_signal`),
+    """The attention mass beyond each window and outside the sinks (`hf.measure.measure_signal`),
     on `sample_queries` exact rows per head and batch."""
 
     sample_queries: int = 64

@@ -37,13 +37,13 @@ import torch
 from tqdm import tqdm
 
 from aah.controller.ablation import single_cuts
+from aah.controller.allocate import check_candidates
 from aah.integrations.hf.ablation import (
     Imposed,
     cut_plan,
     evaluating,
     monotone_costs,
 )
-from aah.integrations.hf.allocate import check_candidates
 from aah.integrations.hf.apply_plan import applied
 from aah.integrations.hf.model_layout import decoder_layers, layout
 from aah.integrations.hf.replay import recording, replaying

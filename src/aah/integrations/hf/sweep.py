@@ -17,17 +17,14 @@ from typing import Any
 import torch
 
 from aah.attention import coverage
+from aah.controller.allocate import check_candidates
 from aah.integrations.hf.ablation import mean_loss
-from aah.integrations.hf.allocate import check_candidates, kv_shape
 from aah.integrations.hf.apply_plan import applied
 from aah.integrations.hf.data import TextLike
 from aah.integrations.hf.load import resolve_tokenizer
-from aah.integrations.hf.search import (
-    calibration_batches,
-    default_candidates,
-    measure_mass,
-    plan_from_mass,
-)
+from aah.integrations.hf.measure import measure_mass
+from aah.integrations.hf.model_layout import kv_shape
+from aah.integrations.hf.search import calibration_batches, default_candidates, plan_from_mass
 
 DEFAULT_BUDGETS = (0.2, 0.4, 0.6, 0.8)
 
@@ -91,14 +88,14 @@ def budget_sweep(
         rows.append(
             SweepRow(
                 budget=float(budget),
-                coverage=plan.coverage,
-                acr=coverage(plan.windows, t, plan.sinks or 0).acr,
-                lost_mass=float(plan.lost_mass or 0.0),
+                coverage=plan.info["coverage"],
+                acr=coverage(plan.windows, t, plan.sinks).acr,
+                lost_mass=float(plan.info["lost_mass"] or 0.0),
                 ppl=ppl,
                 ppl_full=ppl_full,
                 delta_pct=100.0 * (ppl / ppl_full - 1.0),
                 windows=plan.windows,
-                kv_bytes=plan.kv_bytes,
+                kv_bytes=plan.info["kv_bytes"],
             )
         )
     return rows

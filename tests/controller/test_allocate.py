@@ -1,0 +1,157 @@
+"""The one allocator: the plans every former allocator made, to the last bit (goldens recorded
+before they were folded into `controller.allocate`), the floor, the uniform window against a
+brute-force scan, and bad budgets refused by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from aah.attention import coverage
+from aah.attention.kv_bytes import KVShape, full_kv_bytes, plan_kv_bytes
+from aah.bench.pretrained import methods
+from aah.controller.allocate import Budget, allocate, kv_head_costs, uniform_window
+from aah.controller.budget import allocate_budget
+from aah.integrations.hf.search import plan_from_costs, plan_from_mass
+from aah.posthoc.plans import budgeted_plan
+from aah.posthoc.plans import uniform_window as posthoc_uniform
+
+GOLDENS = json.loads((Path(__file__).parents[1] / "fixtures/allocation_goldens.json").read_text())
+ARRAYS = GOLDENS["arrays"]
+T, CANDS, W64 = 32, [2, 4, 8, 16, 32], [1, 2, 4, 8, 16, 32, 64]
+
+
+def array(key: str) -> torch.Tensor:
+    return torch.tensor(ARRAYS[key], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("case", GOLDENS["hf"], ids=lambda c: f"{c['kind']}-{c['value']}")
+def test_hf_plans_from_mass_are_unchanged(case: dict) -> None:
+    shape = KVShape(2 if case["gqa"] else 4, 64, (None, 8, None))
+    budget = None if case["kind"] == "kv" else case["value"]
+    plan = plan_from_mass(
+        array(case["mass"]), CANDS, T, budget, "m", sinks=case["sinks"],
+        shape=None if case["kind"] == "plain" else shape, kv_budget=case["kv_budget"],
+    )  # fmt: skip
+    assert plan.windows == case["windows"]
+    for key in ("coverage", "lost_mass", "kv_bytes", "budget"):
+        assert plan.info[key] == case[key], key
+
+
+@pytest.mark.parametrize("case", GOLDENS["hf_loss"], ids=lambda c: f"{c['kind']}-{c['sinks']}")
+def test_hf_plans_from_loss_costs_are_unchanged(case: dict) -> None:
+    shape = KVShape(2, 64, (None, 8, None))
+    cap = Budget(T, 3, 4, None if case["kv_budget"] else case["value"], case["kv_budget"],
+                 case["sinks"], shape)  # fmt: skip
+    plan = plan_from_costs(array(case["costs"]), CANDS, cap, "m", signal="loss", unit="loss")
+    assert plan.windows == case["windows"]
+    for key in ("coverage", "loss_increase", "kv_bytes", "budget"):
+        assert plan.info[key] == case[key], key
+    assert plan.info["lost_mass"] is None and plan.info["signal"] == "loss"
+
+
+@pytest.mark.parametrize("case", GOLDENS["budget"], ids=lambda c: str(c["budget"]))
+def test_the_training_policies_allocation_is_unchanged(case: dict) -> None:
+    alloc = allocate_budget(np.array(ARRAYS[case["mass"]]), W64, 64, case["budget"])
+    assert alloc.indices == case["indices"] and alloc.exceeded == case["exceeded"]
+    assert alloc.coverage == case["coverage"] and alloc.lost_mass == case["lost_mass"]
+
+
+@pytest.mark.parametrize("case", GOLDENS["posthoc"], ids=lambda c: f"{c['policy']}-{c['cap']}")
+def test_posthoc_plans_are_unchanged(case: dict) -> None:
+    mass, loss = np.array(ARRAYS[case["mass"]]), np.array(ARRAYS[case["loss"]])
+    plan = budgeted_plan(case["policy"], mass, W64, 64, case["cap"], seed=1, loss=loss)
+    assert plan == case["plan"]
+
+
+def test_posthoc_uniform_windows_are_unchanged() -> None:
+    for case in GOLDENS["uniform_window"]:
+        assert posthoc_uniform(case["seq_len"], case["cap"]) == case["window"], case
+
+
+@pytest.mark.parametrize("case", GOLDENS["methods"], ids=lambda c: str(c["fraction"]))
+def test_the_studies_plans_are_unchanged(case: dict) -> None:
+    shape = KVShape(n_kv_head=2, position_bytes=64, sliding=(None, 16, None))
+    budget = Budget.at_kv_fraction(case["fraction"], 64, 3, 4, shape, sinks=2)
+    assert budget.kv_bytes == case["kv_bytes"]
+    signals = {name: array(key) for name, key in case["signals"].items()}
+    names = [m for m in methods.METHODS if m not in methods.AAH_METHODS]
+    plans = methods.build_plans(names, budget, signals, [4, 8, 16, 32, 64], recent=8, seed=0)
+    assert plans == case["plans"]
+    assert {m: budget.fraction_of(p) for m, p in plans.items()} == case["fractions"]
+
+
+def decreasing(*shape: int, seed: int = 0) -> torch.Tensor:
+    steps = torch.rand(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    steps[..., -1] = 0.0
+    return steps.flip(-1).cumsum(-1).flip(-1)
+
+
+@pytest.mark.parametrize("floor", [4, 8, 16])
+def test_a_floor_drops_the_candidates_below_it(floor: int) -> None:
+    costs = decreasing(3, 2, len(CANDS), seed=floor)
+    shape = KVShape(2, 64, (None, None, None))
+    budget = Budget.at_kv_fraction(0.7, T, 3, 4, shape, sinks=2)
+    got = allocate(costs, CANDS, budget, floor=floor)
+    first = CANDS.index(floor)
+    alone = allocate(costs[..., first:], CANDS[first:], budget)  # the same, dropped by hand
+    assert got is not None and alone is not None
+    assert got.windows == alone.windows and got.lost == alone.lost
+    assert min(w for row in got.windows for w in row) >= floor
+    assert budget.bytes_of(got.windows) <= budget.kv_bytes
+
+
+def test_a_floor_must_be_a_measured_candidate() -> None:
+    budget = Budget(T, 3, 4, coverage=0.5)
+    with pytest.raises(ValueError, match="floor 6 must be one of the candidates"):
+        allocate(decreasing(3, 4, len(CANDS)), CANDS, budget, floor=6)
+    high = Budget(T, 3, 4, coverage=0.05)
+    assert allocate(decreasing(3, 4, len(CANDS)), CANDS, high, floor=16) is None
+
+
+@pytest.mark.parametrize("sinks", [0, 3])
+@pytest.mark.parametrize("sliding", [None, 12])
+def test_the_uniform_window_is_the_widest_that_fits(sinks: int, sliding: int | None) -> None:
+    shape = KVShape(2, 32, (None, sliding))
+    for fraction in (0.1, 0.37, 0.8, 1.0):
+        budget = Budget.at_kv_fraction(fraction, T, 2, 4, shape, sinks)
+        sink_rows = [[sinks] * 4] * 2
+        held = {w: plan_kv_bytes([[w] * 4] * 2, sink_rows, shape, T) for w in range(1, T + 1)}
+        fits = [w for w, b in held.items() if b <= budget.kv_bytes]
+        assert uniform_window(budget) == (max(fits) if fits else None)
+    for cap in (0.02, 0.3, 0.75):
+        budget = Budget(T, 2, 4, coverage=cap, sinks=sinks)
+        fits = [w for w in range(1, T + 1) if coverage([[w] * 4] * 2, T, sinks).causal <= cap]
+        assert uniform_window(budget) == (max(fits) if fits else None)
+
+
+def test_a_kv_head_costs_the_sum_of_its_query_heads() -> None:
+    per_query = decreasing(2, 6, 3)
+    got = kv_head_costs(per_query, 2)
+    want = torch.stack([per_query[:, 3 * j : 3 * j + 3].sum(dim=1) for j in range(2)], dim=1)
+    assert torch.allclose(got, want, rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match="6 query heads do not split into 4 KV heads"):
+        kv_head_costs(per_query, 4)
+
+
+def test_bad_budgets_are_refused_by_name() -> None:
+    shape = KVShape(2, 64, (None, None))
+    with pytest.raises(ValueError, match="exactly one"):
+        Budget(T, 2, 4)
+    with pytest.raises(ValueError, match="exactly one"):
+        Budget(T, 2, 4, coverage=0.3, kv_bytes=100, shape=shape)
+    with pytest.raises(ValueError, match=r"budget must be in \(0, 1\], got 1.5"):
+        Budget(T, 2, 4, coverage=1.5)
+    with pytest.raises(ValueError, match="kv_budget must be an int of bytes >= 1, got 0"):
+        Budget(T, 2, 4, kv_bytes=0, shape=shape)
+    with pytest.raises(ValueError, match="needs the model's KVShape"):
+        Budget(T, 2, 4, kv_bytes=100)
+    with pytest.raises(ValueError, match="kv_fraction must be in"):
+        Budget.at_kv_fraction(0.0, T, 2, 4, shape)
+    with pytest.raises(ValueError, match="the KV shape has 2 layers of 2 KV heads, the model 3"):
+        Budget(T, 3, 4, coverage=0.3, shape=shape)
+    assert Budget.at_kv_fraction(1.0, T, 2, 4, shape).kv_bytes == full_kv_bytes(shape, 2, T)
