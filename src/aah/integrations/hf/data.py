@@ -33,7 +33,7 @@ def encode(text: str, tokenizer: Any | None, vocab_size: int | None) -> list[int
             raise ValueError(
                 f"text needs the model's tokenizer: read as UTF-8 bytes it would be ids 0-255 "
                 f"of a {vocab_size}-token vocabulary; pass tokenizer=, load the model with "
-                "aah.integrations.hf.load_model (which keeps its tokenizer), or pass token ids"
+                "aah.hf.load_model (which keeps its tokenizer), or pass token ids"
             )
         return list(text.encode("utf-8"))
     try:

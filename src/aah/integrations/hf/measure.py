@@ -116,18 +116,22 @@ def measure_signal(
     return total / len(batches)
 
 
-def blended(signals: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The signals (L, Hq, n_windows) summed, each divided by its total over the heads at the
-    smallest candidate window first, so each weighs the same whatever its units and scale
-    (one signal passes through unchanged)."""
-    if len(signals) == 1:
+def blended(
+    signals: Sequence[torch.Tensor], weights: Sequence[float] | None = None
+) -> torch.Tensor:
+    """The signals (L, H, n_windows) summed, each divided by its total over the heads at the
+    smallest candidate window first, so each weighs the same whatever its units and scale,
+    then by its weight (None: all alike; one signal passes through unchanged)."""
+    if weights is not None and len(weights) != len(signals):
+        raise ValueError(f"{len(weights)} weights for {len(signals)} signals")
+    if len(signals) == 1 and weights is None:
         return signals[0]
     parts = []
     for i, signal in enumerate(signals):
         total = float(signal[..., 0].sum())
         if not total > 0:
             raise ValueError(f"signal {i} is zero at the smallest window: nothing to weigh")
-        parts.append(signal / total)
+        parts.append(signal / total if weights is None else signal / total * float(weights[i]))
     return torch.stack(parts).sum(0)
 
 

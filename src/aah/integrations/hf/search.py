@@ -304,7 +304,7 @@ def search_plan(
     least = floor_window(cap, floor)
     if least and least not in cands:
         cands = sorted([*cands, least])
-    context = SearchContext(sinks=sinks, seed=seed, progress=progress, tokenizer=tokenizer)
+    context = SearchContext(sinks, seed, progress, tokenizer, seq_len=t)
     costs = measured.measure(model, batches, cands, context)
     return plan_from_costs(
         costs, cands, cap, type(model).__name__, signal=measured.name, unit=measured.unit,

@@ -11,7 +11,7 @@ settings (`SearchContext`), and allocates windows on the costs with one allocato
     Retrieval(prompts=16)       the output change at the answer rows of retrieval prompts
     Loss()                      the calibration loss rise of each single-KV-head cut
     SuffixLoss(suffix=None)     the same rise over the last tokens of each block (default T/16)
-    Blend((Output(), Retrieval()))   parts, each scaled to weigh the same, summed
+    Blend((Output(), Retrieval()), weights=None)   parts, each scaled to weigh the same, summed
 
 A new signal is one class with `name`, `unit` and `measure` (the `Signal` protocol) and one
 `register_signal(name, factory)` line (`hf.signal_registry`); docs/architecture.md says more.
@@ -19,6 +19,7 @@ A new signal is one class with `name`, `unit` and `measure` (the `Signal` protoc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -32,12 +33,14 @@ from aah.integrations.hf.model_layout import layout
 @dataclass(frozen=True)
 class SearchContext:
     """The search's settings every signal shares: attention sinks (measured and costed),
-    the seed of any sampling, progress bars, and the tokenizer text prompts are built with."""
+    the seed of any sampling, progress bars, the tokenizer text prompts are built with, and
+    the calibration length T."""
 
     sinks: int = 0
     seed: int = 0
     progress: bool = False
     tokenizer: Any | None = None
+    seq_len: int | None = None  # T of the calibration batches
 
 
 @runtime_checkable
@@ -159,21 +162,35 @@ class SuffixLoss:
 
 @dataclass(frozen=True)
 class Blend:
-    """Several signals as one: each part divided by its total at the smallest candidate (so
-    each weighs the same whatever its units), then summed. `name` names the blend in plans."""
+    """Several signals as one: each part's costs divided by their total at the smallest
+    candidate (so each weighs the same whatever its units), times its weight (None: all 1),
+    then summed. `name` names the blend in plans."""
 
     parts: tuple[Signal, ...]
+    weights: tuple[float, ...] | None = None
     name: str = "blend"
     unit: str = field(default="", init=False)
 
     def __post_init__(self) -> None:
         if not self.parts:
             raise ValueError("a blend needs at least one signal")
+        object.__setattr__(self, "parts", tuple(self.parts))
+        if self.weights is not None:
+            weights = tuple(float(w) for w in self.weights)
+            if len(weights) != len(self.parts) or not all(
+                math.isfinite(w) and w >= 0 for w in weights
+            ) or not any(weights):  # fmt: skip
+                raise ValueError(
+                    f"a blend needs one finite weight >= 0 per part (not all 0), got "
+                    f"{self.weights!r} for {len(self.parts)} parts"
+                )
+            object.__setattr__(self, "weights", weights)
 
     def measure(self, model: Any, batches: Any, candidates: Any, context: SearchContext) -> Any:
         from aah.integrations.hf.measure import blended
 
-        return blended([p.measure(model, batches, candidates, context) for p in self.parts])
+        costs = [p.measure(model, batches, candidates, context) for p in self.parts]
+        return blended(costs, self.weights)
 
 
 def output_and_retrieval(sample_queries: int = 64, prompts: int = 16) -> Blend:
