@@ -188,8 +188,9 @@ def bench_case(
                 if r >= args.warmup:
                     times[name].append(took)
     runs["dynamic"].use()  # the model back on plain sdpa
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    unit = head_dim * 2 * 4
+    from aah.integrations.hf.model_layout import layout
+
+    unit = layout(model).head_dim * 2 * 4
     kv = {
         "per-head": runs["per-head"].cache.nbytes(),
         "dynamic": dynamic_nbytes(runs["dynamic"].cache),

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from aah.controller.base import BasePolicy
-from aah.controller.budget import allocate_budget, allocated_plan, allocation_record
+from aah.controller.budget import budget_decision
 from aah.controller.config import ControllerConfig
 from aah.controller.ema import FeatureEMA
 from aah.controller.options import AblationOptions
@@ -150,10 +150,8 @@ class AblationPolicy(BasePolicy):
         measured = cut_costs(self._probe, self.n_layer, self.n_head, self.seq_len, self.windows)
         flat = torch.from_numpy(measured.reshape(self.n_layer * self.n_head, -1))
         cost = self._ema.update(flat).double().numpy()
-        alloc = allocate_budget(cost, self.windows, self.seq_len, self.opts.budget)
-        self._plan = allocated_plan(alloc, self.windows, self.n_layer, self.n_head)
-        self._extra = allocation_record(
-            alloc, self._plan, self.seq_len, self.opts.budget, "expected_loss_rise"
+        self._plan, self._extra = budget_decision(
+            self, cost, self.opts.budget, "expected_loss_rise"
         )
         self.last_update_seconds = time.perf_counter() - t0
         return self.current_plan()

@@ -80,6 +80,16 @@ def allocation_record(
     }
 
 
+def budget_decision(
+    policy: BasePolicy, costs: np.ndarray, budget: float, expected: str
+) -> tuple[Plan, dict[str, float | bool]]:
+    """A budgeted policy's plan from its (heads, n_windows) costs at coverage `budget`, and the
+    plans.jsonl fields of that allocation (`expected` names its objective's mean)."""
+    alloc = allocate_budget(costs, policy.windows, policy.seq_len, budget)
+    plan = allocated_plan(alloc, policy.windows, policy.n_layer, policy.n_head)
+    return plan, allocation_record(alloc, plan, policy.seq_len, budget, expected)
+
+
 class BudgetPolicy(BasePolicy):
     """Full attention until the first update, then `allocate_budget` on EMA'd mass-beyond-window."""
 
@@ -100,15 +110,9 @@ class BudgetPolicy(BasePolicy):
         t0 = time.perf_counter()
         measured = self._mass_beyond(qkv)
         mass = [ema.update(m) for ema, m in zip(self._ema, measured, strict=True)]
-        alloc = allocate_budget(
-            np.concatenate([m.double().numpy() for m in mass]),
-            self.windows,
-            self.seq_len,
-            self.opts.budget,
-        )
-        self._plan = allocated_plan(alloc, self.windows, self.n_layer, self.n_head)
-        self._extra = allocation_record(
-            alloc, self._plan, self.seq_len, self.opts.budget, "expected_lost_mass"
+        costs = np.concatenate([m.double().numpy() for m in mass])
+        self._plan, self._extra = budget_decision(
+            self, costs, self.opts.budget, "expected_lost_mass"
         )
         self.last_update_seconds = time.perf_counter() - t0
         return self.current_plan()

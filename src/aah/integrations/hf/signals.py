@@ -70,39 +70,38 @@ def _per_kv_head(model: torch.nn.Module, per_query_head: torch.Tensor) -> torch.
 
 
 @dataclass(frozen=True)
-class Mass:
-    """The attention mass beyond each window and outside the sinks (`hf.measure.measure_signal`),
-    on `sample_queries` exact rows per head and batch."""
+class _OnePass:
+    """A signal of `hf.measure.measure_signal` (one pass with a probe in every layer) named
+    like the subclass's `name`, on `sample_queries` exact rows per head and batch."""
 
     sample_queries: int = 64
-    name: str = field(default="mass", init=False)
-    unit: str = field(default="mass", init=False)
+    name: str = field(default="", init=False)
 
     def measure(self, model: Any, batches: Any, candidates: Any, context: SearchContext) -> Any:
         from aah.integrations.hf.measure import measure_signal
 
         return _per_kv_head(model, measure_signal(
-            model, batches, candidates, "mass", sample_queries=self.sample_queries,
+            model, batches, candidates, self.name, sample_queries=self.sample_queries,
             seed=context.seed, sinks=context.sinks, progress=context.progress,
         ))  # fmt: skip
 
 
 @dataclass(frozen=True)
-class Output:
+class Mass(_OnePass):
+    """The attention mass beyond each window and outside the sinks, on `sample_queries` exact
+    rows per head and batch."""
+
+    name: str = field(default="mass", init=False)
+    unit: str = field(default="mass", init=False)
+
+
+@dataclass(frozen=True)
+class Output(_OnePass):
     """The squared change of each head's contribution to the residual stream when cut to each
     window (`hf.output_error`), on `sample_queries` rows per head and batch."""
 
-    sample_queries: int = 64
     name: str = field(default="output", init=False)
     unit: str = field(default="", init=False)
-
-    def measure(self, model: Any, batches: Any, candidates: Any, context: SearchContext) -> Any:
-        from aah.integrations.hf.measure import measure_signal
-
-        return _per_kv_head(model, measure_signal(
-            model, batches, candidates, "output", sample_queries=self.sample_queries,
-            seed=context.seed, sinks=context.sinks, progress=context.progress,
-        ))  # fmt: skip
 
 
 @dataclass(frozen=True)
