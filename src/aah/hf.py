@@ -9,6 +9,10 @@
     model.generate(ids, cache=cache, max_new_tokens=64)
     aah.hf.remove(model)                                         # back to the model's attention
 
+A search's signal is a name (`signal_names()`) or an object carrying its own options:
+`search_plan(model, kv_fraction=0.3, signal=aah.hf.Blend((aah.hf.Output(), aah.hf.Retrieval(
+prompts=32))))`; `register_signal(name, factory)` adds one (docs/architecture.md).
+
 Everything here is re-exported from `aah.integrations.hf` (docs/hf.md); this module holds no
 logic of its own. Importing it imports torch, and transformers only when a function needs it.
 """
@@ -26,13 +30,27 @@ from aah.integrations.hf.calibration_mix import calibration_mix
 from aah.integrations.hf.load import load_model
 from aah.integrations.hf.search import search_plan
 from aah.integrations.hf.signal_registry import make_signal, register_signal, signal_names
-from aah.integrations.hf.signals import Blend, SearchContext, Signal
+from aah.integrations.hf.signals import (
+    Blend,
+    Loss,
+    Mass,
+    Output,
+    Retrieval,
+    SearchContext,
+    Signal,
+    SuffixLoss,
+)
 from aah.plan import WindowPlan
 
 __all__ = [
     "Blend",
+    "Loss",
+    "Mass",
+    "Output",
+    "Retrieval",
     "SearchContext",
     "Signal",
+    "SuffixLoss",
     "WindowPlan",
     "apply",
     "calibration_mix",
