@@ -1,5 +1,5 @@
 """Seconds for the loss signal of `aah plan search --signal loss` on a transformers model:
-replaying the layers before each cut (`aah.integrations.hf.replay`) against one whole forward
+replaying the layers before each cut (`aah.integrations.hf.layer_replay`) against one whole forward
 per cut, interleaved A B A B in one run, on a randomly initialised Llama-style model (the
 cost does not depend on the weights).
 
@@ -15,7 +15,7 @@ import torch
 
 from aah.bench.timing import interleaved_medians
 from aah.integrations import hf
-from aah.integrations.hf.ablation import Imposed, cut_plan, loss_increase, mean_loss
+from aah.integrations.hf.cut_loss import Imposed, cut_plan, loss_increase, mean_loss
 from aah.integrations.hf.model_layout import layout
 
 

@@ -166,7 +166,7 @@ def eval_model(args: argparse.Namespace) -> None:
 
     from aah.attention.kv_bytes import full_kv_bytes
     from aah.integrations import hf
-    from aah.integrations.hf.ablation import measure_loss_costs
+    from aah.integrations.hf.cut_loss import measure_loss_costs
     from aah.integrations.hf.model_layout import kv_shape
     from aah.integrations.hf.search import calibration_batches, plan_from_loss, search_plan
 

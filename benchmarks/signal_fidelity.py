@@ -11,7 +11,7 @@ residual-stream output (`output`), and the first-order loss estimate from one ba
 S tokens of each block with the context before them frozen (`suffix-loss-S`, `hf.suffix_loss`,
 one value per `--suffixes` S). A seeded random sample of cuts is then measured for real:
 the rise of the mean loss over the same blocks with that KV head alone cut to that window (and
-the sinks), every other head full (`hf.ablation.loss_increase`). The table gives each signal's
+the sinks), every other head full (`hf.cut_loss.loss_increase`). The table gives each signal's
 Spearman rank correlation with the measured rises over the sampled cuts, with a percentile
 bootstrap interval over cuts; the plot shows each signal against the measured rise.
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from aah.bench.pretrained import corpus
     from aah.bench.pretrained.run import default_model
-    from aah.integrations.hf.ablation import loss_increase
+    from aah.integrations.hf.cut_loss import loss_increase
     from aah.integrations.hf.gradient_error import measure_gradient_error
     from aah.integrations.hf.load import load_model
     from aah.integrations.hf.measure import measure_signal

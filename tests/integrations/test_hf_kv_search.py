@@ -23,10 +23,10 @@ from aah.cli import hf_plan
 from aah.cli.plan_checks import check_budget_flags
 from aah.controller.mass import mass_beyond
 from aah.integrations import hf
-from aah.integrations.hf.mass import mass_beyond_given_sinks
 from aah.integrations.hf.measure import measure_mass
 from aah.integrations.hf.model_layout import kv_shape
 from aah.integrations.hf.search import plan_from_mass
+from aah.integrations.hf.sink_mass import mass_beyond_given_sinks
 from aah.plan import WindowPlan
 
 T, CANDIDATES, SINKS = SEARCH_T, SEARCH_CANDIDATES, SEARCH_SINKS

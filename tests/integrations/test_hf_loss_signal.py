@@ -21,7 +21,7 @@ from aah.cli import hf_plan
 from aah.cli.plan_checks import check_signal_flag
 from aah.controller.allocate import Budget
 from aah.integrations import hf
-from aah.integrations.hf.ablation import (
+from aah.integrations.hf.cut_loss import (
     Imposed,
     loss_increase,
     measure_loss_costs,
@@ -108,7 +108,7 @@ def test_loss_signal_keeps_wide_the_head_the_loss_needs(monkeypatch) -> None:
         seen.update(candidates=list(candidates), sinks=sinks, t=batches[0].shape[1])
         return table
 
-    monkeypatch.setattr("aah.integrations.hf.ablation.measure_loss_costs", fake)
+    monkeypatch.setattr("aah.integrations.hf.cut_loss.measure_loss_costs", fake)
     opts = {"seq_len": T, "candidates": CANDIDATES, "sinks": SINKS, "sample_queries": 16}
     by_loss = search_plan(model, ids(), 0.5, signal="loss", **opts)
     by_mass = search_plan(model, ids(), 0.5, signal="mass", **opts)

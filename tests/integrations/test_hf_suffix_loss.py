@@ -22,7 +22,7 @@ pytest.importorskip("transformers")
 
 from aah.controller.allocate import Budget
 from aah.integrations import hf
-from aah.integrations.hf.ablation import loss_increase, monotone_costs
+from aah.integrations.hf.cut_loss import loss_increase, monotone_costs
 from aah.integrations.hf.model_layout import kv_shape
 from aah.integrations.hf.search import plan_from_costs, search_plan
 from aah.integrations.hf.signals import SuffixLoss

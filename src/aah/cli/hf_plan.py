@@ -15,7 +15,7 @@ MB = 2**20 bytes); `--sinks N` gives every head N attention sinks, measured and 
 the calibration text), the change of each head's residual-stream contribution (`output`, one
 pass; values and output projection included), that plus the same at the answer rows of
 retrieval prompts built on the calibration text (`output+retrieval`), or the loss rise of
-cutting each KV head alone to each window (`loss`, `hf.ablation`: one pass per KV head and
+cutting each KV head alone to each window (`loss`, `hf.cut_loss`: one pass per KV head and
 candidate).
 
 Models load through `hf.load.load_model`: a GGUF file or a folder holding one, or a

@@ -231,7 +231,7 @@ def measure_signals(
     over the last --loss-suffix tokens of the first --loss-blocks blocks (`hf.suffix_loss`),
     split evenly over each KV head's query heads."""
     from aah.integrations.hf import layout
-    from aah.integrations.hf.ablation import per_query_head
+    from aah.integrations.hf.cut_loss import per_query_head
     from aah.integrations.hf.measure import measure_retrieval, measure_signal
     from aah.integrations.hf.suffix_loss import measure_suffix_loss_costs
 

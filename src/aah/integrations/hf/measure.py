@@ -4,7 +4,7 @@
 causal windows and a probe in every layer (`hf.probing`): the probe gets each layer's post-RoPE
 q, k, v and score scale and measures, per query head and candidate window with `sinks` sinks,
 either the attention mass the window would lose ("mass": `controller.mass.mass_beyond`, or
-`hf.mass.mass_beyond_given_sinks` with sinks) or the squared change of the head's
+`hf.sink_mass.mass_beyond_given_sinks` with sinks) or the squared change of the head's
 residual-stream contribution ("output": `hf.output_error`), on exact rows of sampled queries
 (no T x T matrix), averaged over batches. `measure_retrieval` takes the output change at the
 answer rows of retrieval prompts built on the calibration blocks; `blended` weighs several
@@ -21,9 +21,9 @@ import torch
 from aah.controller.allocate import check_candidates
 from aah.controller.mass import mass_beyond
 from aah.integrations.hf.apply_plan import probing
-from aah.integrations.hf.mass import mass_beyond_given_sinks
 from aah.integrations.hf.model_layout import layout
 from aah.integrations.hf.output_error import output_error, output_projection
+from aah.integrations.hf.sink_mass import mass_beyond_given_sinks
 from aah.validate import check_int
 
 

@@ -44,7 +44,7 @@ from aah.controller.allocate import (
     kv_head_costs,
     uniform_window,
 )
-from aah.integrations.hf.ablation import chosen_cost
+from aah.integrations.hf.cut_loss import chosen_cost
 from aah.integrations.hf.data import TextLike, token_batches
 from aah.integrations.hf.load import resolve_tokenizer
 from aah.integrations.hf.model_layout import kv_shape, layout
@@ -268,7 +268,7 @@ def search_plan(
             equally weighted, with the same change measured at the answer rows of 16
             retrieval prompts built on the calibration text. "loss": the loss rise of cutting
             each KV head alone to each window, one pass per (KV head, candidate < T),
-            `hf.ablation`. "suffix-loss": the same rise over the last tokens of each block,
+            `hf.cut_loss`. "suffix-loss": the same rise over the last tokens of each block,
             the context before them frozen at full attention, `hf.suffix_loss`.
         sinks: attention sinks of every head, measured and costed (default 0: none).
         seq_len: calibration length T (default 512, capped by the model and the data).

@@ -126,14 +126,14 @@ class Retrieval:
 
 @dataclass(frozen=True)
 class Loss:
-    """The calibration loss rise of cutting each KV head alone to each window (`hf.ablation`:
+    """The calibration loss rise of cutting each KV head alone to each window (`hf.cut_loss`:
     one pass per KV head and candidate below T)."""
 
     name: str = field(default="loss", init=False)
     unit: str = field(default="loss", init=False)
 
     def measure(self, model: Any, batches: Any, candidates: Any, context: SearchContext) -> Any:
-        from aah.integrations.hf.ablation import measure_loss_costs
+        from aah.integrations.hf.cut_loss import measure_loss_costs
 
         return measure_loss_costs(
             model, batches, candidates, sinks=context.sinks, progress=context.progress

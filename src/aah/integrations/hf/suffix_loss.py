@@ -1,16 +1,16 @@
 """A fast loss signal: what cutting one KV head costs the last tokens of each block.
 
-Shapes as `hf.ablation`: L layers, Hq query heads and Hkv KV heads per layer, calibration
+Shapes as `hf.cut_loss`: L layers, Hq query heads and Hkv KV heads per layer, calibration
 batches (B, T), n_w ascending candidate windows.
 
-The exact loss signal (`hf.ablation.loss_increase`) reruns every block from the cut layer on,
+The exact loss signal (`hf.cut_loss.loss_increase`) reruns every block from the cut layer on,
 all T rows, once per (KV head, candidate): about half a forward per cut, 900 cuts on a 30-layer
 model with 3 KV heads and 10 candidates. This one reruns only the last `suffix` rows. Per block:
 
 1. one pass over the first P = T - suffix tokens at full attention keeps every layer's keys
    and values (the prefix cache);
 2. the last `suffix` tokens run on top of that cache at full attention: the reference loss
-   over their predictions, and every layer's output for those rows (`hf.replay`);
+   over their predictions, and every layer's output for those rows (`hf.layer_replay`);
 3. each cut reruns those `suffix` tokens on the same prefix cache, from the cut layer on, with
    that KV head's G query heads cut to the candidate (and the sinks).
 
@@ -25,7 +25,7 @@ Cost per cut: about suffix / T of the layers from the cut on, plus the suffix's 
 all T keys: on SmolLM2-135M at T = 2048, 1.7 s a cut at suffix T/16 and 5.0 s at T/4 against
 14.2 s for the exact signal (one thread, `benchmarks/signal_fidelity.py`). Candidates >= T cost 0
 without a pass; so does a candidate no suffix row is cut by (w > T - 1). Made non-increasing
-in the window and floored at 0 by `hf.ablation.monotone_costs`, as the exact signal.
+in the window and floored at 0 by `hf.cut_loss.monotone_costs`, as the exact signal.
 """
 
 from __future__ import annotations
@@ -38,15 +38,15 @@ from tqdm import tqdm
 
 from aah.controller.ablation import single_cuts
 from aah.controller.allocate import check_candidates
-from aah.integrations.hf.ablation import (
+from aah.integrations.hf.apply_plan import applied
+from aah.integrations.hf.cut_loss import (
     Imposed,
     cut_plan,
     evaluating,
     monotone_costs,
 )
-from aah.integrations.hf.apply_plan import applied
+from aah.integrations.hf.layer_replay import recording, replaying
 from aah.integrations.hf.model_layout import decoder_layers, layout
-from aah.integrations.hf.replay import recording, replaying
 from aah.validate import check_int
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]

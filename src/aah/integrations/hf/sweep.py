@@ -18,8 +18,8 @@ import torch
 
 from aah.attention import coverage
 from aah.controller.allocate import check_candidates
-from aah.integrations.hf.ablation import mean_loss
 from aah.integrations.hf.apply_plan import applied
+from aah.integrations.hf.cut_loss import mean_loss
 from aah.integrations.hf.data import TextLike
 from aah.integrations.hf.load import resolve_tokenizer
 from aah.integrations.hf.measure import measure_mass

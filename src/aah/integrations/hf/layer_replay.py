@@ -1,6 +1,6 @@
 """Replay a transformers model's first decoder layers from a recorded forward.
 
-The loss signal (`hf.ablation`) runs the calibration batches once per (layer, KV head,
+The loss signal (`hf.cut_loss`) runs the calibration batches once per (layer, KV head,
 window) cut. A cut in layer l leaves layers 0..l-1 computing exactly what they compute with
 every head full, so their outputs can be recorded once per batch (`recording`) and handed
 back instead of recomputed (`replaying`): each cut then costs the layers from l on, about

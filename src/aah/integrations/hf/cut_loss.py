@@ -12,11 +12,11 @@ measured rises are then made non-increasing in the window (a wider window never 
 each is raised to the largest of any wider candidate (running max from the widest down, which
 also absorbs noise), floored at 0.
 
-Attention mass beyond a window (`hf.mass`) is a proxy for this cost: a head that retrieves a
+Attention mass beyond a window (`hf.sink_mass`) is a proxy for this cost: a head that retrieves a
 few far tokens puts little mean mass far away, yet carries those tokens. Cost of measuring it:
 one forward over the calibration batches per (KV head, candidate < T), i.e.
 L x Hkv x |{c < T}| passes plus one for the reference loss, less the layers before each cut,
-which are replayed from the reference pass (`hf.replay`) instead of recomputed.
+which are replayed from the reference pass (`hf.layer_replay`) instead of recomputed.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from tqdm import tqdm
 from aah.controller.ablation import monotone_in_window, single_cuts
 from aah.controller.allocate import check_candidates
 from aah.integrations.hf.apply_plan import applied
+from aah.integrations.hf.layer_replay import recording, replaying
 from aah.integrations.hf.model_layout import decoder_layers, layout
-from aah.integrations.hf.replay import recording, replaying
 from aah.plan import Plan
 from aah.validate import check_int
 
