@@ -10,8 +10,8 @@ of the prompt, `f x L x H_kv x P x D x 2 x 4` bytes per sequence.
 
 Methods here (project environment):
 - `full`: DynamicCache with sdpa, no compression.
-- `searched`: `hf.search.search_plan(kv_budget=f x full, sinks=4)` on calibration windows of
-  another seed (T=P), served by `PerHeadCache` (`hf.apply` + `hf.per_head_cache`).
+- `searched`: `hf.search.search_plan(kv_budget=f x full, sinks=4, signal="mass")` on calibration
+  windows of another seed (T=P), served by `PerHeadCache` (`hf.apply` + `hf.per_head_cache`).
 - `loss-searched`: the same search on the loss signal (`search_plan(signal="loss")`: the
   calibration loss rise of cutting each KV head alone to each candidate, measured once per
   model and allocated at every f), same cache.
@@ -165,10 +165,11 @@ def eval_model(args: argparse.Namespace) -> None:
     from transformers import DynamicCache, LlamaForCausalLM
 
     from aah.attention.kv_bytes import full_kv_bytes
+    from aah.controller.allocate import Budget
     from aah.integrations import hf
     from aah.integrations.hf.cut_loss import measure_loss_costs
     from aah.integrations.hf.model_layout import kv_shape
-    from aah.integrations.hf.search import calibration_batches, plan_from_loss, search_plan
+    from aah.integrations.hf.search import calibration_batches, plan_from_costs, search_plan
 
     torch.set_num_threads(args.threads)
     model = LlamaForCausalLM.from_pretrained(args.model).eval()
@@ -209,23 +210,25 @@ def eval_model(args: argparse.Namespace) -> None:
         if "searched" in args.methods:
             plan = search_plan(
                 model, calib, kv_budget=int(f * full), sinks=SINKS, seq_len=PROMPT,
-                candidates=CANDIDATES, batch_size=16,
+                candidates=CANDIDATES, batch_size=16, signal="mass",  # as the results were made
             )  # fmt: skip
             res = per_head(plan.windows)
             show(
                 {"method": "searched", "fraction": f, **res, "windows": plan.windows,
-                 "expected_kv_bytes": plan.kv_bytes, "lost_mass": plan.lost_mass}
+                 "expected_kv_bytes": plan.info["kv_bytes"], "lost_mass": plan.info["lost_mass"]}
             )  # fmt: skip
         if costs is not None:
-            plan = plan_from_loss(
-                costs, CANDIDATES, PROMPT, None, type(model).__name__,
-                n_head=model.config.num_attention_heads, shape=shape, sinks=SINKS,
-                kv_budget=int(f * full),
-            )  # fmt: skip
+            cfg = model.config
+            budget = Budget(PROMPT, cfg.num_hidden_layers, cfg.num_attention_heads,
+                            kv_bytes=int(f * full), sinks=SINKS, shape=shape)  # fmt: skip
+            plan = plan_from_costs(
+                costs, CANDIDATES, budget, type(model).__name__, signal="loss", unit="loss"
+            )
             res = per_head(plan.windows)
             show(
                 {"method": "loss-searched", "fraction": f, **res, "windows": plan.windows,
-                 "expected_kv_bytes": plan.kv_bytes, "loss_increase": plan.loss_increase}
+                 "expected_kv_bytes": plan.info["kv_bytes"],
+                 "loss_increase": plan.info["loss_increase"]}
             )  # fmt: skip
         if "uniform" in args.methods:
             plan_u = uniform_plan(model, f)
