@@ -142,19 +142,21 @@ def test_hf_causal_pattern_matches_loop() -> None:
             assert got[a].tolist() == [0 <= i - j < window for j in range(k_len)]
 
 
-def test_hf_suffix_attention_uses_the_rule() -> None:
-    # One real key per query row beyond the rule would change the output: compare with the
-    # oracle over each row's real positions (left padding of 2 in row 1).
+def test_hf_masked_attention_uses_the_rule() -> None:
+    # Queries over more keys (a cache) with left padding of 2 in row 1, given as the mask
+    # transformers builds: compare with the oracle over each row's real positions.
     from aah.attention.reference import reference_attention
-    from aah.integrations.hf.attention import suffix_attention
+    from aah.integrations.hf.masks import causal, keep_by_rank, masked_attention
 
     windows, sinks, k_len = [2, 4], [1, 0], 9
     q, k, v = (torch.randn(2, 2, k_len, 8, dtype=torch.float64) for _ in range(3))
-    out = suffix_attention(q, k, v, windows, 0.3, sinks, torch.tensor([0, 2]))
+    real = torch.arange(k_len) >= torch.tensor([0, 2])[:, None]  # (B, Tk)
+    allowed = (causal(k_len, k_len, q.device) & real[:, None, :])[:, None]
+    out = masked_attention(q, k, v, keep_by_rank(allowed, windows, sinks), 0.3)
     for row, pad in ((0, 0), (1, 2)):
-        real = slice(pad, k_len)
+        part = slice(pad, k_len)
         expected = reference_attention(
-            q[row : row + 1, :, real], k[row : row + 1, :, real], v[row : row + 1, :, real],
+            q[row : row + 1, :, part], k[row : row + 1, :, part], v[row : row + 1, :, part],
             torch.tensor(windows), 0.3, torch.tensor(sinks),
         )  # fmt: skip
-        assert torch.allclose(out[row : row + 1, :, real], expected, atol=1e-5)
+        assert torch.allclose(out[row : row + 1, :, part], expected, atol=1e-5)

@@ -130,21 +130,21 @@ def test_training_gradients_match_sdpa_for_a_full_plan() -> None:
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
-def test_masks_other_than_left_padding_are_refused() -> None:
+def test_masks_the_rule_cannot_honour_are_refused() -> None:
+    # Every padding pattern is accepted (tests/integrations/test_hf_masks.py); what is refused
+    # is a mask that lets a query see a later key, or an additive bias other than 0 / -inf.
     model = tiny_model("llama")
     hf.apply(model, [[4] * 4] * 2)
     ids = tokens()
-    mask = torch.ones_like(ids)
     with torch.no_grad():
-        model(ids, attention_mask=mask)  # all ones: no padding, accepted
-        mask[1, :5] = 0
-        model(ids, attention_mask=mask)  # left padding: accepted (tests/integrations/test_hf_cache)
-        mask[1, :5], mask[1, 10:12] = 1, 0  # a hole inside the row: not left padding
-        with pytest.raises(ValueError, match="left padding"):
-            model(ids, attention_mask=mask)
-        custom = torch.ones(2, 1, T, T, dtype=torch.bool)  # a 4-D mask that is not causal
-        with pytest.raises(ValueError, match="not causal"):
+        custom = torch.ones(2, 1, T, T, dtype=torch.bool)  # bidirectional: not causal
+        with pytest.raises(ValueError, match="later key"):
             model(ids, attention_mask=custom)
+        bias = torch.zeros(2, 1, T, T).masked_fill(~torch.ones(T, T).tril().bool(), -torch.inf)
+        model(ids, attention_mask=bias)  # 0 / -inf: accepted
+        bias[:, :, 5, 2] = 0.5
+        with pytest.raises(ValueError, match="additive"):
+            model(ids, attention_mask=bias)
 
 
 def test_attention_dropout_in_training_is_refused() -> None:

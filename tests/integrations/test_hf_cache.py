@@ -103,7 +103,7 @@ def test_left_padded_batch_equals_each_prompt_alone(family: str, use_cache: str,
     cache = PerHeadCache(model, ids.shape[1] + new) if use_cache == "per-head" else None
     if family == "mistral" and use_cache == "dynamic" and sinks:
         # Its DynamicCache keeps only the layer's sliding window: the sinks are gone.
-        with pytest.raises(ValueError, match="sinks cannot be served"):
+        with pytest.raises(ValueError, match="sinks"):
             greedy(model, ids, new, cache, attention_mask=mask)
         return
     out = greedy(model, ids, new, cache, attention_mask=mask)
@@ -124,14 +124,20 @@ def test_left_padded_prefill_logits_equal_each_prompt_alone() -> None:
             torch.testing.assert_close(padded[i, ids.shape[1] - len(row) :], alone)
 
 
-def test_right_padding_is_refused() -> None:
+@pytest.mark.parametrize("where", ["right", "hole"])
+def test_per_head_cache_refuses_padding_other_than_left(where: str) -> None:
+    # Plain forwards take any padding (test_hf_masks.py); the per-head cache's rings and sinks
+    # follow one run of real tokens that ends at the last slot.
     model = tiny_model("llama")
     hf.apply(model, PLAN)
     ids = torch.stack(prompts([10, 10]))
     mask = torch.ones_like(ids)
-    mask[1, -3:] = 0
-    with torch.no_grad(), pytest.raises(ValueError, match="left padding"):
-        model(ids, attention_mask=mask)
+    if where == "right":
+        mask[1, -3:] = 0
+    else:
+        mask[1, 4:6] = 0
+    with torch.no_grad(), pytest.raises(ValueError, match="PerHeadCache"):
+        greedy(model, ids, 3, PerHeadCache(model, max_cache_len=20), attention_mask=mask)
 
 
 def test_cache_without_aah_attention_is_refused() -> None:

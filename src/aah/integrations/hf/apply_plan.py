@@ -24,6 +24,7 @@ from aah.integrations.hf.attention import (
     Probe,
     aah_attention_forward,
 )
+from aah.integrations.hf.masks import aah_mask
 from aah.integrations.hf.model_layout import Layout, layout, require_transformers
 from aah.plan import Plan, check_plan
 from aah.validate import is_int
@@ -44,12 +45,12 @@ def register() -> None:
         )
     interface.register(IMPLEMENTATION, aah_attention_forward)
     try:
-        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-    except ImportError:  # older versions build a float causal mask, which the function checks
+        from transformers.masking_utils import AttentionMaskInterface
+    except ImportError:  # older versions build a float causal mask, which the function reads
         return
-    # The sdpa builder gives None when there is no padding (the common case, nothing to check)
-    # and a boolean mask otherwise, which the function accepts only if it is plain causal.
-    AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
+    # sdpa's builder (None for plain causal with as many keys as queries, else a boolean
+    # mask, which the function combines with the window rule): `hf.masks.aah_mask`.
+    AttentionMaskInterface.register(IMPLEMENTATION, aah_mask)
 
 
 def plan_windows(plan: Any) -> Plan:

@@ -10,16 +10,29 @@ Per-head windows come from the module: `module.aah_windows` holds one int per qu
 (None = full causal) and `module.aah_sinks` one sink count per query head (absent: none), set by
 `aah.integrations.hf.apply`. Query at real position p with window w and s sinks sees keys
 p - w < j <= p and j < s. A layer's own `sliding_window` kwarg (Mistral, Qwen sliding layers)
-uses the same convention, so the effective window is min(w, sliding_window).
+uses the same convention, so the effective window is min(w, sliding_window) (under a general
+mask transformers' own sliding mask, counted in slots, applies as well).
 
-Supported: prefill / training with Tq == Tk (any `windowed_attention` backend, gradients
-included); KV-cache decoding or chunked prefill with Tq < Tk where the cache holds the most
-recent Tk keys (DynamicCache; a dense masked path, O(Tq * Tk) per head); decoding with
-`hf.cache.PerHeadCache`, which hands its key tensor over marked (`CACHE_MARK`) so the step
-reads only the cache's per-head windows and sinks; left padding in all of these (`hf.padding`).
-Refused with ValueError: other attention masks (right padding, packed sequences, static caches),
-dropout > 0, non-causal attention (encoders, cross-attention), logit soft-capping and learned
-sink logits (`s_aux`).
+Every mask transformers builds or a caller passes is accepted (`hf.masks`): the windows and
+sinks count over the keys the mask allows each query, in slot order, so a row's window is its w
+most recent real tokens and its sinks its first s real tokens whatever the padding (left,
+right, both sides, holes), each packed segment gets its own window and sinks, a custom 4-D mask
+is combined with the rule (both must allow a pair), and a static cache's empty slots are never
+read. Paths:
+- no mask, or one run of real tokens per row (left / right / both-sides padding, checked
+  outside compiled code, `hf.padding`): the `windowed_attention` backends on each row's real
+  slots, no dense mask (pad query rows: zeros, or for right padding whatever the plain path
+  leaves there; nothing reads them);
+- any other mask, Tq < Tk (KV-cache decoding, chunked prefill, static caches), and every mask
+  inside `torch.compile`: the rule as a dense (B, Hq or 1, Tq, Tk) mask over PyTorch's SDPA,
+  without data-dependent control flow (a query the mask allows nothing reads the first slot);
+- decoding with `hf.cache.PerHeadCache`, which hands its key tensor over marked (`CACHE_MARK`)
+  so the step reads only the cache's per-head windows and sinks (left padding only).
+The mask checks (additive values other than 0 / -inf, a key after its query, a cache that
+dropped the sinks) read tensor values and run only outside compiled code. Refused with
+ValueError: dropout > 0, non-causal attention (encoders, cross-attention), logit soft-capping,
+learned sink logits (`s_aux`), and sinks on a layer whose own sliding window hides them under
+a general mask (keys >= the sliding window).
 """
 
 from __future__ import annotations
@@ -30,8 +43,14 @@ from typing import Any
 import torch
 
 from aah.attention import windowed_attention
-from aah.attention.masks import window_allows
-from aah.integrations.hf.padding import check_sinks_kept, query_slots, row_pads
+from aah.integrations.hf.masks import (
+    allowed_from_mask,
+    causal,
+    check_mask,
+    keep_by_rank,
+    masked_attention,
+)
+from aah.integrations.hf.padding import check_sinks_kept, simple_padding
 
 WINDOWS_ATTR = "aah_windows"
 SINKS_ATTR = "aah_sinks"
@@ -66,25 +85,40 @@ def aah_attention_forward(
     k_len = step.mask_length(q_len) if step is not None else key.shape[2]
     if q_len > k_len:
         raise ValueError(f"aah attention: {q_len} queries but only {k_len} keys")
-    pads = None
-    position_ids = kwargs.get("position_ids")
-    if attention_mask is not None:
-        pads = row_pads(attention_mask, position_ids, q_len, k_len, sliding_window, batch)
     windows = effective_windows(module, n_q, k_len, sliding_window)
     sinks = head_sinks(module, n_q)
-    if any(sinks) and step is None:
-        check_sinks_kept(position_ids, k_len, batch)
+    compiling = torch.compiler.is_compiling()
+    allowed = None
+    if attention_mask is not None:
+        allowed = allowed_from_mask(attention_mask, q_len, k_len)
+        if not compiling:
+            check_mask(attention_mask, allowed)
+    if any(sinks) and step is None and not compiling:
+        check_sinks_kept(kwargs.get("position_ids"), k_len, batch)
     scale = float(scaling) if scaling is not None else dim**-0.5
     probe = getattr(module, PROBE_ATTR, None)
     if probe is not None:
         probe(module, query, key, value, scale)
     if step is not None and step.decoding:
-        out = step.attend(query, key, value, scale, windows, sinks, pads)
-    elif q_len == key.shape[2]:
+        out = step.attend(query, key, value, scale, windows, sinks, allowed)
+        return out.transpose(1, 2).contiguous(), None
+    padding = None
+    if allowed is not None and q_len == key.shape[2] and not compiling:
+        padding = simple_padding(allowed, sliding_window)
+    if step is not None:  # a PerHeadCache prefill: left padding only, the cache's own
+        step.check_prefill(allowed, padding)
+    if q_len == key.shape[2] and (allowed is None or padding is not None):
+        pads = padding.first if padding is not None and padding.left else None
         backend = getattr(module, BACKEND_ATTR, "auto")
         out = prefill_attention(query, key, value, windows, sinks, pads, backend, scale)
     else:
-        out = suffix_attention(query, key, value, windows, scale, sinks, pads)
+        _refuse_hidden_sinks(sinks, sliding_window, k_len)
+        if allowed is None:  # the queries are the last Tq keys
+            allowed = causal(q_len, k_len, query.device)[None, None]
+        else:  # per-head windows are causal whatever the mask allows (checked outside compile)
+            allowed = allowed & causal(q_len, k_len, query.device)
+        keep = keep_by_rank(allowed, windows, sinks)
+        out = masked_attention(query, key, value, keep, scale)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -110,7 +144,7 @@ def prefill_attention(
 ) -> torch.Tensor:
     """(B, Hq, T, D) windowed attention over T == Tk keys. Rows of equal padding run together
     on their real slots (the windows and sinks count from the first real token); pad query
-    rows get zeros."""
+    rows get zeros. `pads` is read as Python ints: not for compiled code."""
     if pads is None:
         return windowed_attention(q, k, v, windows, backend=backend, scale=scale, sinks=sinks)
     out = torch.zeros_like(q)
@@ -142,43 +176,16 @@ def effective_windows(
     return windows
 
 
-def suffix_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    windows: Sequence[int],
-    scale: float,
-    sinks: Sequence[int] | None = None,
-    pads: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """(B, Hq, Tq, D): windowed attention of the last Tq slots over Tk >= Tq keys.
-
-    A boolean mask per query head (one for all when their windows and sinks agree) over dense
-    scores, in float32, by PyTorch's SDPA (K/V shared by each KV head's query heads, never
-    repeated). Every real row sees at least its own key; pad rows (all keys masked) give
-    zeros.
-    """
-    batch, n_q, q_len, _ = q.shape
-    k_len = k.shape[2]
-    device = q.device
-    slots = query_slots(q_len, k_len, device)
-    keys = torch.arange(k_len, device=device)
-    heads = (list(windows), list(sinks or [0] * n_q))
-    per_head = 1 if all(len(set(h)) == 1 for h in heads) else n_q  # one mask serves all heads
-    w, s = (torch.tensor(h[:per_head], device=device).view(1, per_head, 1, 1) for h in heads)
-    pad = pads if pads is not None else torch.zeros(batch, dtype=torch.long, device=device)
-    pad = pad.to(device).view(batch, 1, 1, 1)
-    # Real positions per row: the window and sinks count from the row's first real token.
-    real_query = slots.view(1, 1, q_len, 1) - pad
-    real_key = keys.view(1, 1, 1, k_len) - pad
-    allowed = window_allows(real_query, real_key, w, s) & (real_key >= 0)  # (B, Hq|1, Tq, Tk)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q.float(), k.float(), v.float(), attn_mask=allowed, scale=scale,
-        enable_gqa=n_q != k.shape[1],
-    )  # fmt: skip
-    if pads is not None:  # pad rows see nothing: zeros, whatever the kernel left there
-        out = torch.where(allowed.any(-1, keepdim=True), out, 0.0)
-    return out.to(q.dtype)
+def _refuse_hidden_sinks(sinks: Sequence[int], sliding_window: int | None, k_len: int) -> None:
+    """Under a general mask a layer's own sliding window is transformers' mask, which hides
+    the keys older than it: sinks there would silently be lost (a decision on shapes only)."""
+    if any(sinks) and sliding_window is not None and k_len >= sliding_window:
+        raise ValueError(
+            f"aah attention: this layer's own sliding window ({sliding_window}) hides its "
+            f"attention sinks among {k_len} keys under this mask (holes, packed sequences, a "
+            "custom or static-cache mask, KV-cache decoding or torch.compile); give the "
+            "sliding-window layers no sinks, or run unpadded / simply padded batches eagerly"
+        )
 
 
 def _refuse_unsupported(

@@ -116,10 +116,15 @@ class _Step:
         self.consumed = True
         return self.seen + q_len
 
-    def attend(self, q, k, v, scale, windows, sinks, pads):  # type: ignore[no-untyped-def]
+    def check_prefill(self, allowed, padding) -> None:  # type: ignore[no-untyped-def]
+        """ValueError unless the prompt's mask is causal with the left padding the cache read
+        off the position ids (`allowed` (B, 1 or H, T, T) or None, `hf.padding.Padding`)."""
+        self.cache._check_prefill(allowed, padding)
+
+    def attend(self, q, k, v, scale, windows, sinks, allowed):  # type: ignore[no-untyped-def]
         """(B, Hq, 1, D): the decoding step over the store, after checking that the plan and
-        padding are those the cache was built with."""
-        return self.cache._attend(self.layer, q, k, v, scale, windows, sinks, pads)
+        the step's mask (B, 1 or H, 1, Tk) or None are those the cache was built for."""
+        return self.cache._attend(self.layer, q, k, v, scale, windows, sinks, allowed)
 
 
 class PerHeadCache(Cache):
@@ -154,6 +159,7 @@ class PerHeadCache(Cache):
             self.windows.append([min(w, int(cap)) if cap else w for w in row])
             sinks = getattr(module, SINKS_ATTR, None)
             self.sinks.append([0] * lay.n_head if sinks is None else [int(s) for s in sinks])
+        self.sliding = sliding_windows(model)  # each layer's own window: its mask hides older keys
         self.n_kv_head = lay.n_kv_head
         self.head_dim = lay.head_dim
         self.store: KVCache | None = None
@@ -218,7 +224,29 @@ class PerHeadCache(Cache):
         setattr(k, CACHE_MARK, step)
         return k, v
 
-    def _attend(self, layer, q, k, v, scale, windows, sinks, pads):  # type: ignore[no-untyped-def]
+    def _check_prefill(self, allowed: torch.Tensor | None, padding: Any) -> None:
+        store = self.store
+        assert store is not None  # built by the prefill's first update
+        if allowed is not None and padding is None:
+            raise ValueError(
+                "PerHeadCache: the prompt's attention mask has holes, packed sequences or a "
+                "custom pattern; the per-head cache keeps left-padded batches only (pad on the "
+                "left, as generate expects), or use a DynamicCache"
+            )
+        if padding is not None and padding.right:
+            raise ValueError(
+                "PerHeadCache: right padding is not supported (new tokens would follow the pad "
+                "slots); pad on the left (tokenizer.padding_side = 'left')"
+            )
+        pads = padding.first.cpu() if padding is not None and padding.left else None
+        built = store.pads
+        if (pads is None) != (built is None) or (pads is not None and not torch.equal(pads, built)):
+            raise ValueError(
+                "PerHeadCache: the prompt's position ids and attention mask disagree on the "
+                "left padding; number each row's real tokens from 0 (what generate does)"
+            )
+
+    def _attend(self, layer, q, k, v, scale, windows, sinks, allowed):  # type: ignore[no-untyped-def]
         store = self.store
         assert store is not None  # a decoding step follows a prefill
         t = store.length
@@ -229,12 +257,26 @@ class PerHeadCache(Cache):
                 f"PerHeadCache: layer {layer}'s windows or sinks differ from those the cache "
                 "was built with; build a new cache after changing the plan"
             )
-        built = store.pads
-        if (pads is None) != (built is None) or (
-            pads is not None and not torch.equal(pads.cpu(), built)
-        ):
-            raise ValueError("PerHeadCache: the padding differs from the prefill's")
+        if not self._mask_matches(layer, allowed, t):
+            raise ValueError(
+                "PerHeadCache: the step's attention mask differs from the prompt's left padding "
+                "(a new pad slot, a hole or a custom mask); pass generate's own attention mask"
+            )
         out = store.attend(layer, q, k, v, scale)
         if layer == len(self.layers) - 1:
             store.advance(1)
         return out
+
+    def _mask_matches(self, layer: int, allowed: torch.Tensor | None, t: int) -> bool:
+        """Whether the step's mask (B, 1 or H, 1, t + 1) shows exactly the real slots of the
+        prompt's left padding, within the layer's own sliding window (its mask hides the rest)."""
+        pads = self.store.pads if self.store is not None else None
+        if allowed is None:
+            return pads is None
+        slots = torch.arange(t + 1, device=allowed.device)
+        first = torch.zeros(1, dtype=torch.long) if pads is None else pads
+        real = slots >= first.to(allowed.device)[:, None]  # (B or 1, t + 1)
+        cap = self.sliding[layer]
+        recent = slots > t - cap if cap else torch.ones_like(slots, dtype=torch.bool)
+        row = allowed[:, :, -1]  # (B, 1 or H, t + 1)
+        return bool(((row == real[:, None]) | ~recent).all())
