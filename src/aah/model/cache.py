@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from aah.attention.kv_bytes import head_sinks, held_positions, kv_capacities, kv_sinks
 from aah.model.cache_layout import (
     Bucket,
+    fixed_read_mask,
     make_rows,
     padded_mask,
     ring_last,
@@ -57,10 +58,11 @@ class KVCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
         sinks: Sequence[Sequence[int]] | None = None,
-        pads: Sequence[int] | None = None,
+        pads: Sequence[int] | torch.Tensor | None = None,
     ) -> None:
         """plan `[layer][query head]` windows >= 1; sinks alike (ints >= 0, None: none);
-        `max_len` >= 1 positions at most; pads: left-padding slots per row (None: none)."""
+        `max_len` >= 1 positions at most; pads: left-padding slots per row (None: none), ints
+        or a (B,) tensor (inside compiled code a tensor is kept as it is, unread)."""
         rows = [[int(w) for w in row] for row in plan]
         if not rows:
             raise ValueError("plan is empty: give one row of windows per layer")
@@ -96,8 +98,12 @@ class KVCache:
         ]
 
     @staticmethod
-    def _check_pads(pads: Sequence[int] | None, batch: int, max_len: int) -> torch.Tensor | None:
-        if pads is None or not any(pads):
+    def _check_pads(
+        pads: Sequence[int] | torch.Tensor | None, batch: int, max_len: int
+    ) -> torch.Tensor | None:
+        if isinstance(pads, torch.Tensor) and torch.compiler.is_compiling():
+            return pads.long()  # checking would read its values: a graph break
+        if pads is None or not any(int(p) for p in pads):
             return None
         values = [int(p) for p in pads]
         if len(values) != batch or any(p < 0 or p >= max_len for p in values):
@@ -173,13 +179,20 @@ class KVCache:
     def _store_sinks(self, b: Bucket, k: torch.Tensor, v: torch.Tensor, t: int) -> None:
         """Copy the real positions < S among slots t .. t + T - 1 of k, v into sink slots."""
         n_new = k.shape[2]
-        pads = [0] * self.batch if self.pads is None else self.pads.tolist()
-        for row, pad in enumerate(pads):
-            first, last = max(0, t - pad), min(b.sinks, t + n_new - pad)  # real positions
+        if self.pads is None:
+            first, last = t, min(b.sinks, t + n_new)  # real positions = slot positions
             if first < last:
-                src = slice(pad + first - t, pad + last - t)
-                b.k[row, :, first:last] = k[row, b.select, src].to(self.dtype)
-                b.v[row, :, first:last] = v[row, b.select, src].to(self.dtype)
+                b.k[:, :, first:last] = k[:, b.select, : last - first].to(self.dtype)
+                b.v[:, :, first:last] = v[:, b.select, : last - first].to(self.dtype)
+            return
+        # Sink slot j of row r holds real position j, at slot pad_r + j: in this chunk when
+        # 0 <= pad_r + j - t < T. Gathered for every row at once (no per-row Python ints).
+        src = self.pads.to(k.device)[:, None] + torch.arange(b.sinks, device=k.device) - t
+        inside = ((src >= 0) & (src < n_new))[:, None, :, None]  # (B, 1, S, 1)
+        index = src.clamp(0, n_new - 1)[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
+        for store, new in ((b.k, k), (b.v, v)):
+            taken = new.gather(2, index)[:, b.select].to(self.dtype)
+            store[:, :, : b.sinks] = torch.where(inside, taken, store[:, :, : b.sinks])
 
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
@@ -189,6 +202,8 @@ class KVCache:
         t = self.length  # the new token's slot position
         if t >= self.max_len:
             raise ValueError(f"cache holds at most max_len={self.max_len} positions")
+        if torch.compiler.is_compiling():
+            return self._attend_fixed(layer, q, k, v, scale, t)
         bsz, d = q.shape[0], self.head_dim
         # Query head h reads KV head h // G, so (B, Hq, 1, D) -> (B, Hkv, G, D) lines them up.
         qg = q.reshape(bsz, self.n_kv_head, self.n_head // self.n_kv_head, d)
@@ -210,6 +225,33 @@ class KVCache:
                 )  # fmt: skip
                 if out is None:
                     return y.reshape(bsz, self.n_head, 1, d)
+                out[:, r.heads] = y.reshape(bsz, -1, d)
+        return out.unsqueeze(2)
+
+    def _attend_fixed(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, t: int
+    ) -> torch.Tensor:
+        """`attend` for compiled code: no shape and no branch depends on t, so one graph serves
+        every step. Each group of query heads reads its bucket's whole storage (S + C slots)
+        under a mask of the entries its window and sinks keep (`fixed_read_mask`), which
+        selects the same keys as `attend` does."""
+        bsz, d = q.shape[0], self.head_dim
+        qg = q.reshape(bsz, self.n_kv_head, self.n_head // self.n_kv_head, d)
+        out = q.new_empty(bsz, self.n_head, d)
+        pads = None if self.pads is None else self.pads.to(q.device)
+        for b in self.layers[layer]:
+            slot = (torch.zeros(1, dtype=torch.long, device=q.device) + t) % b.capacity + b.sinks
+            b.k.index_copy_(2, slot, k[:, b.select].to(self.dtype))
+            b.v.index_copy_(2, slot, v[:, b.select].to(self.dtype))
+            if b.sinks:
+                self._store_sinks(b, k, v, t)
+            qb = qg[:, b.select]
+            for r in b.rows:
+                mask = fixed_read_mask(b.sinks, b.capacity, r.window, r.sinks, t, pads, q.device)
+                y = F.scaled_dot_product_attention(
+                    qb[:, r.kv][:, :, r.g], b.k[:, r.kv], b.v[:, r.kv], attn_mask=mask,
+                    scale=scale,
+                )  # fmt: skip
                 out[:, r.heads] = y.reshape(bsz, -1, d)
         return out.unsqueeze(2)
 

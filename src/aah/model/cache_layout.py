@@ -114,3 +114,26 @@ def padded_mask(
     sink_ok = torch.arange(n_sinks, device=pads.device)[None, :] <= real - window
     ring_ok = positions[None, :] >= pads[:, None]
     return torch.cat([sink_ok, ring_ok], dim=1)[:, None, None, :]
+
+
+def fixed_read_mask(
+    n_sink_slots: int,
+    cap: int,
+    window: int,
+    sinks: int,
+    t: int,
+    pads: torch.Tensor | None,
+    device: torch.device,
+) -> torch.Tensor:
+    """(B or 1, 1, 1, S + C) bool over a bucket's whole storage for a query at slot t with
+    `window` (<= C) and `sinks`, tensor operations only (t may be symbolic in compiled code):
+    ring slot i holds position p = t - ((t - i) mod C), read iff 0 <= p, t - window < p and
+    p >= pad; sink slot j holds real position j, read iff j < sinks and j <= t - pad - window
+    (its window has left it). The entries `ring_last` and `padded_mask` give, as a mask."""
+    pad = torch.zeros(1, 1, dtype=torch.long, device=device) if pads is None else pads[:, None]
+    ring = torch.arange(cap, device=device)
+    position = t - torch.remainder(t - ring, cap)  # (C,)
+    ring_ok = (position >= 0) & (position > t - window) & (position >= pad)  # (B, C)
+    j = torch.arange(n_sink_slots, device=device)
+    sink_ok = (j < sinks) & (j <= t - pad - window)  # (B, S)
+    return torch.cat([sink_ok, ring_ok], dim=1)[:, None, None, :]

@@ -105,7 +105,7 @@ def aah_attention_forward(
     padding = None
     if allowed is not None and q_len == key.shape[2] and not compiling:
         padding = simple_padding(allowed, sliding_window)
-    if step is not None:  # a PerHeadCache prefill: left padding only, the cache's own
+    if step is not None and not compiling:  # a PerHeadCache prefill: left padding only
         step.check_prefill(allowed, padding)
     if q_len == key.shape[2] and (allowed is None or padding is not None):
         pads = padding.first if padding is not None and padding.left else None

@@ -181,12 +181,13 @@ class PerHeadCache(Cache):
     def _build(self, k: torch.Tensor, position_ids: torch.Tensor | None) -> KVCache:
         pads = None
         if position_ids is not None:
-            n_new = k.shape[2]
-            last = position_ids.expand(k.shape[0], -1)[:, -1].tolist()
-            pads = [n_new - 1 - int(p) for p in last]
-            if any(p < 0 for p in pads):
+            # generate numbers each row's real tokens from 0: the last one's id gives the pad.
+            last = position_ids.expand(k.shape[0], -1)[:, -1].long()
+            pads = (k.shape[2] - 1) - last
+            if not torch.compiler.is_compiling() and bool((pads < 0).any()):
                 raise ValueError(
-                    f"PerHeadCache: position ids {last} do not start at 0 after left padding"
+                    f"PerHeadCache: position ids {last.tolist()} do not start at 0 after left "
+                    "padding"
                 )
         return KVCache(
             self.windows, n_kv_head=self.n_kv_head, head_dim=self.head_dim, batch=k.shape[0],
@@ -250,6 +251,14 @@ class PerHeadCache(Cache):
         store = self.store
         assert store is not None  # a decoding step follows a prefill
         t = store.length
+        if not torch.compiler.is_compiling():  # the checks branch on t and on the mask's values
+            self._check_step(layer, windows, sinks, allowed, t)
+        out = store.attend(layer, q, k, v, scale)
+        if layer == len(self.layers) - 1:
+            store.advance(1)
+        return out
+
+    def _check_step(self, layer, windows, sinks, allowed, t: int) -> None:  # type: ignore[no-untyped-def]
         if [min(w, t + 1) for w in windows] != [min(w, t + 1) for w in self.windows[layer]] or [
             int(s) for s in sinks
         ] != self.sinks[layer]:
@@ -262,10 +271,6 @@ class PerHeadCache(Cache):
                 "PerHeadCache: the step's attention mask differs from the prompt's left padding "
                 "(a new pad slot, a hole or a custom mask); pass generate's own attention mask"
             )
-        out = store.attend(layer, q, k, v, scale)
-        if layer == len(self.layers) - 1:
-            store.advance(1)
-        return out
 
     def _mask_matches(self, layer: int, allowed: torch.Tensor | None, t: int) -> bool:
         """Whether the step's mask (B, 1 or H, 1, t + 1) shows exactly the real slots of the
