@@ -17,6 +17,10 @@ reaches `reserved_nbytes()` when `max_len` positions have been seen.
 
 Left padding (batches of unequal prompts): `pads[b]` slots precede row b's first real token;
 its sinks are its own first S real tokens, and pad slots are never read.
+
+Inside `torch.compile` a step reads each bucket's whole storage under a mask of the entries
+the slices above would give (`cache_layout.fixed_read_mask`): no shape or branch depends on
+the position, so one graph serves every step (at S + C keys per head instead of w + s).
 """
 
 from __future__ import annotations

@@ -14,10 +14,14 @@ nothing and returns the step's own key tensor, marked (`hf.attention.CACHE_MARK`
 attention function hands the step to `KVCache.attend`.
 
 Left padding (batched `generate`) is read from the prefill's position ids; each row's sinks are
-its own first real tokens. Needs transformers with layered caches (`cache_utils.
-CacheLayerMixin`, 4.56+). Refused with ValueError: more than one new token per step (chunked
-prefill, assisted or speculative decoding), beam search, cropping, a model not running "aah"
-attention, and a plan changed after the cache was built.
+its own first real tokens. Other padding (right, holes, packed rows, custom masks) is refused:
+the rings follow one run of real tokens ending at the last slot. Under `torch.compile` the
+decoding step reads each ring whole under a mask (`KVCache` documents it), one graph for every
+step; the checks that read tensor values (padding, mask, plan) run only outside compiled code.
+Needs transformers with layered caches (`cache_utils.CacheLayerMixin`, 4.56+). Refused with
+ValueError: more than one new token per step (chunked prefill, assisted or speculative
+decoding), beam search, cropping, a model not running "aah" attention, and a plan changed
+after the cache was built.
 """
 
 from __future__ import annotations
