@@ -209,3 +209,20 @@ def test_sliding_layer_sinks_hidden_by_its_mask_are_refused() -> None:
         model(ids)  # no mask: the sinks stay in view beyond the layer's window
         with pytest.raises(ValueError, match="sliding window \\(16\\) hides its attention sinks"):
             model(ids, attention_mask=mask)
+
+
+def test_gradients_through_holes_equal_each_row_alone() -> None:
+    # Training on a batch with holes and left padding takes the dense rule; rows the mask
+    # allows no key (left pads) must not bring NaN into the gradients.
+    model = planned("llama").train()
+    slots = [LAYOUTS["holes"][0], LAYOUTS["left"][2]]
+    rows = token_rows([len(s) for s in slots], seed=8)
+    ids, mask, positions = scatter(rows, slots)
+    logits = model(ids, attention_mask=mask, position_ids=positions).logits
+    torch.stack([logits[i, where].sum() for i, where in enumerate(slots)]).sum().backward()
+    batched = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    for row in rows:
+        model(row[None]).logits.sum().backward()  # gradients add up over the rows
+    for got, want in zip(batched, (p.grad for p in model.parameters()), strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
