@@ -4,7 +4,8 @@ against running every row (or packed segment, or tree branch) alone with the sam
 Windows shorter than the rows and sinks > 0 throughout, so a rule counted over pad slots, a
 window crossing into another segment or a sink taken from the wrong token changes the logits.
 Rows stay below the tiny Mistral's own sliding window (16), which would otherwise hide its
-sinks on the general path (`test_sliding_layer_sinks_hidden_by_its_mask_are_refused`).
+sinks on the general path (refused under holes, restored over left padding: the two
+`test_sliding_layer_sinks_*` tests).
 """
 
 from __future__ import annotations
@@ -173,14 +174,38 @@ def greedy(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, **kw: 
     )
 
 
-def test_static_cache_generate_equals_the_dynamic_cache(family: str) -> None:
-    # The static cache hands over all max_cache_len slots, the empty ones masked; a left-padded
-    # batch of 9 + 5 tokens stays below Mistral's own window.
+@pytest.mark.parametrize("padding", ["left", "right"])
+def test_static_cache_generate_equals_the_dynamic_cache(family: str, padding: str) -> None:
+    # The static cache hands over all max_cache_len slots, the empty ones masked; eagerly they
+    # are cut off, so each step computes what the dynamic cache's does: equal scores, not just
+    # equal tokens (a near tie would otherwise flip a greedy token). Right padding makes holes
+    # once generated tokens follow the pads. 9 + 5 tokens stay below Mistral's own window.
     model = planned(family)
     ids, mask = left_padded(token_rows([9, 6], seed=5))
-    dynamic = greedy(model, ids, mask)
-    static = greedy(model, ids, mask, cache_implementation="static")
-    assert torch.equal(static, dynamic)
+    if padding == "right":
+        ids, mask = ids.flip(-1), mask.flip(-1)
+    kw = {"output_scores": True, "return_dict_in_generate": True}
+    dynamic = greedy(model, ids, mask, **kw)
+    static = greedy(model, ids, mask, cache_implementation="static", **kw)
+    assert torch.equal(static.sequences, dynamic.sequences)
+    assert torch.equal(torch.stack(static.scores), torch.stack(dynamic.scores))
+
+
+def test_keys_no_query_sees_are_cut_only_where_the_queries_stay_last() -> None:
+    from aah.integrations.hf.masks import causal, keys_in_use
+
+    static_prefill = torch.zeros(1, 1, 3, 8, dtype=torch.bool)
+    static_prefill[..., :3] = torch.ones(3, 3, dtype=torch.bool).tril()
+    assert keys_in_use(static_prefill) == 3
+    decode = torch.zeros(1, 1, 1, 8, dtype=torch.bool)
+    decode[..., :5] = True
+    assert keys_in_use(decode) == 5
+    assert keys_in_use(causal(4, 8, torch.device("cpu"))[None, None]) == 8  # nothing to cut
+    # A chunk whose last two queries are pads in every row (they see only older keys): cutting
+    # after the last seen key would move the real queries' own slots out of their reach.
+    chunk = causal(4, 8, torch.device("cpu"))[None, None].clone()
+    chunk[..., 2:, 6:] = False
+    assert keys_in_use(chunk) == 8
 
 
 def test_sliding_layer_at_full_windows_equals_sdpa_under_any_mask() -> None:
@@ -226,3 +251,32 @@ def test_gradients_through_holes_equal_each_row_alone() -> None:
         model(row[None]).logits.sum().backward()  # gradients add up over the rows
     for got, want in zip(batched, (p.grad for p in model.parameters()), strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_sliding_layer_sinks_beyond_its_window_decode_as_each_row_alone() -> None:
+    # Rows longer than the tiny Mistral's own window (16), left padded, decoded over a full
+    # DynamicCache: transformers' sliding mask hides the sinks, the function restores them
+    # from each row's first real token, so every step equals the row alone.
+    from transformers import DynamicCache
+
+    model = planned("mistral")
+    lengths, width = [22, 18], 22
+    rows = token_rows(lengths, seed=10)
+    ids = torch.full((2, width), PAD)
+    mask = torch.zeros(2, width, dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row) :], mask[i, width - len(row) :] = row, 1
+    cache = DynamicCache()
+    with torch.no_grad():
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(ids, attention_mask=mask, position_ids=positions, past_key_values=cache)
+        for _ in range(3):
+            nxt = out.logits[:, -1].argmax(-1)
+            rows = [torch.cat([row, nxt[i : i + 1]]) for i, row in enumerate(rows)]
+            mask = torch.cat([mask, torch.ones(2, 1, dtype=torch.long)], -1)
+            positions = positions[:, -1:] + 1
+            out = model(
+                nxt[:, None], attention_mask=mask, position_ids=positions, past_key_values=cache
+            )
+            for i, row in enumerate(rows):
+                torch.testing.assert_close(out.logits[i, -1], alone(model, row)[-1], **TOL)

@@ -18,7 +18,8 @@ sinks count over the keys the mask allows each query, in slot order, so a row's 
 most recent real tokens and its sinks its first s real tokens whatever the padding (left,
 right, both sides, holes), each packed segment gets its own window and sinks, a custom 4-D mask
 is combined with the rule (both must allow a pair), and a static cache's empty slots are never
-read. Paths:
+read. Eagerly, trailing key slots no query may see (a static cache's empty slots) are cut off
+first (`hf.masks.keys_in_use`), so a static cache computes what a dynamic one does. Paths:
 - no mask, or one run of real tokens per row (left / right / both-sides padding, checked
   outside compiled code, `hf.padding`): the `windowed_attention` backends on each row's real
   slots, no dense mask (pad query rows: zeros, or for right padding whatever the plain path
@@ -32,7 +33,8 @@ The mask checks (additive values other than 0 / -inf, a key after its query, a c
 dropped the sinks) read tensor values and run only outside compiled code. Refused with
 ValueError: dropout > 0, non-causal attention (encoders, cross-attention), logit soft-capping,
 learned sink logits (`s_aux`), and sinks on a layer whose own sliding window hides them under
-a general mask (keys >= the sliding window).
+a general mask (keys >= the sliding window) other than left padding over a cache, eagerly (there
+the function rebuilds the mask without the slot-counted window: `hf.padding.left_padded_keys`).
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ from aah.integrations.hf.masks import (
     causal,
     check_mask,
     keep_by_rank,
+    keys_in_use,
     masked_attention,
 )
-from aah.integrations.hf.padding import check_sinks_kept, simple_padding
+from aah.integrations.hf.padding import check_sinks_kept, left_padded_keys, simple_padding
 
 WINDOWS_ATTR = "aah_windows"
 SINKS_ATTR = "aah_sinks"
@@ -85,14 +88,17 @@ def aah_attention_forward(
     k_len = step.mask_length(q_len) if step is not None else key.shape[2]
     if q_len > k_len:
         raise ValueError(f"aah attention: {q_len} queries but only {k_len} keys")
-    windows = effective_windows(module, n_q, k_len, sliding_window)
-    sinks = head_sinks(module, n_q)
     compiling = torch.compiler.is_compiling()
     allowed = None
     if attention_mask is not None:
         allowed = allowed_from_mask(attention_mask, q_len, k_len)
         if not compiling:
             check_mask(attention_mask, allowed)
+        if step is None and not compiling:  # a static cache's empty slots, eagerly: cut off
+            k_len = keys_in_use(allowed)
+            key, value, allowed = key[:, :, :k_len], value[:, :, :k_len], allowed[..., :k_len]
+    windows = effective_windows(module, n_q, k_len, sliding_window)
+    sinks = head_sinks(module, n_q)
     if any(sinks) and step is None and not compiling:
         check_sinks_kept(kwargs.get("position_ids"), k_len, batch)
     scale = float(scaling) if scaling is not None else dim**-0.5
@@ -112,7 +118,8 @@ def aah_attention_forward(
         backend = getattr(module, BACKEND_ATTR, "auto")
         out = prefill_attention(query, key, value, windows, sinks, pads, backend, scale)
     else:
-        _refuse_hidden_sinks(sinks, sliding_window, k_len)
+        if allowed is not None and _sinks_hidden(sinks, sliding_window, k_len):
+            allowed = _unhide_sinks(allowed, kwargs.get("position_ids"), sliding_window, compiling)
         if allowed is None:  # the queries are the last Tq keys
             allowed = causal(q_len, k_len, query.device)[None, None]
         else:  # per-head windows are causal whatever the mask allows (checked outside compile)
@@ -176,16 +183,31 @@ def effective_windows(
     return windows
 
 
-def _refuse_hidden_sinks(sinks: Sequence[int], sliding_window: int | None, k_len: int) -> None:
-    """Under a general mask a layer's own sliding window is transformers' mask, which hides
-    the keys older than it: sinks there would silently be lost (a decision on shapes only)."""
-    if any(sinks) and sliding_window is not None and k_len >= sliding_window:
+def _sinks_hidden(sinks: Sequence[int], sliding_window: int | None, k_len: int) -> bool:
+    """Whether transformers' mask of this layer's own sliding window may hide its sinks (a
+    decision on shapes only)."""
+    return any(sinks) and sliding_window is not None and k_len >= sliding_window
+
+
+def _unhide_sinks(
+    allowed: torch.Tensor,
+    position_ids: torch.Tensor | None,
+    sliding_window: int | None,
+    compiling: bool,
+) -> torch.Tensor:
+    """The mask without the layer's sliding window, which the per-head windows apply anyway
+    (min(w, sliding window) real tokens), so that the sinks it hides are seen. Possible where
+    the rows are left padded (or not) and eager; otherwise the sinks would silently be lost:
+    ValueError."""
+    unhidden = None if compiling else left_padded_keys(allowed, position_ids, sliding_window)
+    if unhidden is None:
         raise ValueError(
             f"aah attention: this layer's own sliding window ({sliding_window}) hides its "
-            f"attention sinks among {k_len} keys under this mask (holes, packed sequences, a "
-            "custom or static-cache mask, KV-cache decoding or torch.compile); give the "
-            "sliding-window layers no sinks, or run unpadded / simply padded batches eagerly"
+            f"attention sinks among {allowed.shape[-1]} keys under this mask (holes, packed "
+            "sequences, right padding, a custom or static-cache mask, or torch.compile); give "
+            "the sliding-window layers no sinks, or run left-padded batches eagerly"
         )
+    return unhidden
 
 
 def _refuse_unsupported(

@@ -83,6 +83,20 @@ def causal(q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
     return slots[:, None] >= torch.arange(k_len, device=device)
 
 
+def keys_in_use(allowed: torch.Tensor) -> int:
+    """How many leading key slots the rule needs: `allowed` (B, 1 or H, Tq, Tk) with its
+    trailing slots that no query may see (a static cache's empty slots) cut off, as long as
+    the queries stay the last Tq of what is left and every allowed pair stays causal there.
+    The rule is blind to slots nobody sees (it counts allowed keys), so the cut is exact, and
+    a static cache then runs what a dynamic one does. Reads the values: not for compiled code."""
+    q_len, k_len = allowed.shape[-2:]
+    seen = allowed.flatten(0, -2).any(0).nonzero()
+    used = max(int(seen[-1]) + 1 if len(seen) else 0, q_len)
+    if used == k_len or bool((allowed[..., :used] & ~causal(q_len, used, allowed.device)).any()):
+        return k_len
+    return used
+
+
 def keep_by_rank(
     allowed: torch.Tensor, windows: Sequence[int], sinks: Sequence[int]
 ) -> torch.Tensor:

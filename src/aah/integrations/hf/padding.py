@@ -64,6 +64,36 @@ def simple_padding(allowed: torch.Tensor, sliding_window: int | None) -> Padding
     return Padding(first, bool((first + count < seq_len).any()))
 
 
+def left_padded_keys(
+    allowed: torch.Tensor, position_ids: torch.Tensor | None, sliding_window: int | None
+) -> torch.Tensor | None:
+    """(B, 1, Tq, Tk) bool: every key from each row's first real slot on, up to the query
+    (causal, no sliding window), when `allowed` (B, 1 or H, Tq, Tk; Tq <= Tk) is causal and the
+    layer's sliding window over the keys from that slot on (left padding or none, a cache in
+    front); None for anything else. A layer's own sliding mask hides a row's first tokens from
+    a late query, so the first slot is read off the last query's position id (what `generate`
+    and a full cache give), or off the mask where the row is short. Reads the values: not for
+    compiled code."""
+    if allowed.shape[1] != 1 and not bool((allowed == allowed[:, :1]).all()):
+        return None
+    mask = allowed[:, 0]
+    batch, q_len, k_len = mask.shape
+    keys = torch.arange(k_len, device=mask.device)
+    candidates = [mask[:, -1].long().argmax(-1)]  # the last query sees its row's first key
+    if position_ids is not None:
+        last = position_ids.to(mask.device).expand(batch, -1)[:, -1].long()
+        candidates.insert(0, ((k_len - 1) - last).clamp(0, k_len - 1))
+    pattern = causal_pattern(q_len, k_len, sliding_window, mask.device)
+    full = causal_pattern(q_len, k_len, None, mask.device)
+    slots = torch.arange(k_len - q_len, k_len, device=mask.device)
+    for first in candidates:
+        real_keys = keys[None, None, :] >= first[:, None, None]
+        real_rows = (slots[None, :] >= first[:, None])[..., None]  # pad query rows are free
+        if torch.equal(mask & real_rows, pattern & real_keys & real_rows):
+            return (full & real_keys)[:, None]
+    return None
+
+
 def check_sinks_kept(position_ids: torch.Tensor | None, k_len: int, batch: int) -> None:
     """ValueError when the keys handed over no longer start at each row's first real token
     (a cache that drops old keys), so sink keys are missing. Reads the position ids: not for
