@@ -13,7 +13,6 @@ import torch
 
 from aah.attention import coverage
 from aah.attention.kv_bytes import KVShape, full_kv_bytes, plan_kv_bytes
-from aah.bench.pretrained import methods
 from aah.controller.allocate import Budget, allocate, kv_head_costs, uniform_window
 from aah.controller.budget import allocate_budget
 from aah.integrations.hf.search import plan_from_costs, plan_from_mass
@@ -71,18 +70,6 @@ def test_posthoc_plans_are_unchanged(case: dict) -> None:
 def test_posthoc_uniform_windows_are_unchanged() -> None:
     for case in GOLDENS["uniform_window"]:
         assert posthoc_uniform(case["seq_len"], case["cap"]) == case["window"], case
-
-
-@pytest.mark.parametrize("case", GOLDENS["methods"], ids=lambda c: str(c["fraction"]))
-def test_the_studies_plans_are_unchanged(case: dict) -> None:
-    shape = KVShape(n_kv_head=2, position_bytes=64, sliding=(None, 16, None))
-    budget = Budget.at_kv_fraction(case["fraction"], 64, 3, 4, shape, sinks=2)
-    assert budget.kv_bytes == case["kv_bytes"]
-    signals = {name: array(key) for name, key in case["signals"].items()}
-    names = [m for m in methods.METHODS if m not in methods.AAH_METHODS]
-    plans = methods.build_plans(names, budget, signals, [4, 8, 16, 32, 64], recent=8, seed=0)
-    assert plans == case["plans"]
-    assert {m: budget.fraction_of(p) for m, p in plans.items()} == case["fractions"]
 
 
 def decreasing(*shape: int, seed: int = 0) -> torch.Tensor:

@@ -93,7 +93,7 @@ def test_plan_apply_takes_any_plan_file_with_its_sinks(gguf_model, tmp_path: Pat
     text.write_text("the quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")
     common = ["--text", str(text), "--seq-len", "32", "--max-batches", "2", "--device", "cpu"]
     coverage = {}
-    for sinks in (0, 2):  # the format `aah bench pretrained` writes: extra keys, its own sinks
+    for sinks in (0, 2):  # the format the pretrained study writes: extra keys, its own sinks
         plan = tmp_path / f"bench-{sinks}.json"
         WindowPlan.of([[4] * n_head] * n_layer, sinks, 32, method="output", kv_fraction=0.3).save(
             plan

@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--plan",
         default=None,
         metavar="FILE",
-        help="the per-head cache's plan (JSON, e.g. from aah bench pretrained) "
+        help="the per-head cache's plan (JSON, e.g. from aah plan search) "
         "instead of --coverage/--window; scaled to each T if it records its seq_len",
     )
     p.add_argument("--layers", type=int, default=4, help="model layers (default 4)")

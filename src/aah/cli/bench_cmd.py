@@ -13,7 +13,6 @@ BENCHMARKS = {
     "decode": "aah.bench.decode",
     "hf-decode": "aah.bench.hf_decode",
     "variants": "aah.bench.variants",
-    "pretrained": "aah.bench.pretrained.run",
 }
 
 

@@ -1,13 +1,13 @@
 """The one window allocator: costs per head and candidate window -> one window per head, in budget.
 
 The plan search on a Hugging Face model (`integrations.hf.search`), the post-hoc plans
-(`posthoc.plans`), the training-time budget policies (`controller.budget`,
-`controller.ablation`) and the pretrained studies (`bench.pretrained.methods`) all allocate
-here. Costs are (L, U, n_w): what each of U units of a layer loses at each candidate window,
-lower is better (attention mass beyond the window, a loss rise, an output change). A unit is
-a KV head, the unit of KV memory: its keys are kept for the widest window of its G = Hq / U
-query heads, so they share one window (G = 1: every query head on its own, as the package's
-GPT policies allocate). `kv_head_costs` sums a per-query-head measure over each KV head.
+(`posthoc.plans`), the training-time budget policies (`controller.budget`, `controller.ablation`)
+and the pretrained studies (`experiments.pretrained.methods`, outside the package) all allocate
+here. Costs are (L, U, n_w): what each of U units of a layer loses at each candidate window, lower
+is better (attention mass beyond the window, a loss rise, an output change). A unit is a KV head,
+the unit of KV memory: its keys are kept for the widest window of its G = Hq / U query heads, so
+they share one window (G = 1: every query head on its own, as the package's GPT policies allocate).
+`kv_head_costs` sums a per-query-head measure over each KV head.
 
 A `Budget` caps the plan at length T with s sinks in every head by one of
 - causal coverage (`attention.coverage`, sinks included): a unit at candidate c costs

@@ -12,7 +12,7 @@ Every machine with Python installed has both:
 
 Blocks are drawn as `hf.text_blocks.draw_blocks` does (seeded, one block per document before
 a second, sources taking turns), alternating prose and python. None of these files is read by
-any evaluation text of `aah bench pretrained` (its Python kind reads standard-library
+any evaluation text of `python -m experiments.pretrained` (its Python kind reads standard-library
 packages, not single-file modules, and never `pydoc_data`); `tests/bench/test_kinds.py`
 checks that no file is shared.
 """

@@ -7,7 +7,7 @@ with one fact sentence inserted at a depth, then a question whose answer is the 
 answer itself (teacher forcing). The rows that predict the answer's tokens are where the
 output signal is measured (`hf.measure.measure_signal(..., query_rows=...)`).
 
-The wording is unlike the needle benchmark's (`aah.bench.pretrained.needles`): 6-digit access
+The wording is unlike the needle benchmark's (`experiments.pretrained.needles`): 6-digit access
 codes and (person, pet) facts hidden in real source code, not 5-digit pass keys and (name,
 city) facts in a repeated filler sentence, so a plan calibrated here is not calibrated on the
 test.

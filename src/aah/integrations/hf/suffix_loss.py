@@ -19,13 +19,13 @@ out: in a real cut the prefix rows past the window change too, from the cut laye
 later layers read their changed keys and values; here the prefix stays as full attention left
 it (the suffix rows' own keys and values do change). So this measures the cut's effect along
 each suffix row's own path: exact in the cut layer, and in every later layer for what the row
-itself computes. `benchmarks/signal_fidelity.py` ranks it against the exact rises.
+itself computes. `experiments/scripts/signal_fidelity.py` ranks it against the exact rises.
 
 Cost per cut: about suffix / T of the layers from the cut on, plus the suffix's attention over
 all T keys: on SmolLM2-135M at T = 2048, 1.7 s a cut at suffix T/16 and 5.0 s at T/4 against
-14.2 s for the exact signal (one thread, `benchmarks/signal_fidelity.py`). Candidates >= T cost 0
-without a pass; so does a candidate no suffix row is cut by (w > T - 1). Made non-increasing
-in the window and floored at 0 by `hf.cut_loss.monotone_costs`, as the exact signal.
+14.2 s for the exact signal (one thread, `experiments/scripts/signal_fidelity.py`).
+Candidates >= T cost 0 without a pass; so does a candidate no suffix row is cut by (w > T - 1). Made
+non-increasing in the window and floored at 0 by `hf.cut_loss.monotone_costs`, as the exact signal.
 """
 
 from __future__ import annotations
