@@ -183,13 +183,31 @@ def test_old_plan_files_still_load() -> None:
 
 
 def test_budget_flag_checks_name_the_value() -> None:
-    with pytest.raises(ValueError, match=r"--budget \(0.3\) or --budget-kv-mb \(2.0\)"):
+    with pytest.raises(ValueError, match=r"one of --budget \(0.3\) and --budget-kv-mb \(2.0\)"):
         check_budget_flags(0.3, 2.0, 0)
+    with pytest.raises(ValueError, match=r"--budget-kv-mb \(2.0\) and --kv-fraction \(0.3\)"):
+        check_budget_flags(None, 2.0, 0, kv_fraction=0.3)
+    for bad in (0.0, 1.0, -0.2):
+        with pytest.raises(ValueError, match=rf"--kv-fraction must be in \(0, 1\), got {bad}"):
+            check_budget_flags(None, None, 0, kv_fraction=bad)
     with pytest.raises(ValueError, match=r"--budget-kv-mb must be .* got -1\.0"):
         check_budget_flags(None, -1.0, 0)
     with pytest.raises(ValueError, match="--sinks must be >= 0, got -2"):
         check_budget_flags(None, None, -2)
     check_budget_flags(None, None, 4)
+
+
+def test_cli_search_by_kv_fraction_caps_that_share_of_the_full_cache(tmp_path) -> None:
+    *_, out = run_cli_search(tmp_path, "--kv-fraction", "0.4", "--sinks", "2")
+    plan = WindowPlan.load(out)
+    full = full_kv_bytes(kv_shape(tiny_model("llama")), 2, T)  # what Budget.at_kv_fraction counts
+    assert plan.info["budget_unit"] == "kv_bytes" and plan.info["budget"] == int(0.4 * full)
+    assert plan.info["kv_bytes"] <= plan.info["budget"] and plan.sinks == [[2] * 4] * 2
+
+
+def test_cli_kv_fraction_below_the_smallest_plan_is_named(tmp_path) -> None:
+    with pytest.raises(ValueError, match=r"--kv-fraction 0.01 \(.* MB\) \(\d+ bytes\) is below"):
+        run_cli_search(tmp_path, "--kv-fraction", "0.01", "--sinks", "2")
 
 
 def test_cli_search_by_kv_bytes_with_sinks_then_apply(tmp_path, capsys) -> None:

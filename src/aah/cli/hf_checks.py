@@ -133,11 +133,12 @@ def check_budget(
     t: int,
     candidates: list[int],
     limits: ModelLimits | None,
-    shown_mb: str | None = None,
+    shown: str | None = None,
 ) -> None:
     """The budget can be met by some plan and does not already allow the full cache; --sinks
-    below T. Without `limits` (a hub name before loading) the KV-byte checks wait. `shown_mb`:
-    --budget-kv-mb as the user wrote it, for the messages."""
+    below T. Without `limits` (a hub name before loading) the KV-byte checks wait. `shown`:
+    the KV flag as the user wrote it ("--budget-kv-mb 13.5", "--kv-fraction 0.3 (...)"), for
+    the messages."""
     if sinks >= t:
         raise ValueError(
             f"--sinks {sinks} is not below T={t}: every head would see every token; give fewer "
@@ -160,19 +161,20 @@ def check_budget(
         return
     if limits is None or kv_budget is None:
         return
-    n_head, kv_mb = limits.n_head, f"{kv_budget / MB:.6g}" if shown_mb is None else shown_mb
+    n_head = limits.n_head
+    flag = shown or f"--budget-kv-mb {kv_budget / MB:.6g}"
     cut = [[c0] * n_head for _ in range(limits.n_layer)]
     floor = plan_kv_bytes(cut, [[sinks] * n_head for _ in cut], limits.kv, t)
     if floor > kv_budget:
         least = math.ceil(floor / MB * 1000) / 1000
         raise ValueError(
-            f"--budget-kv-mb {kv_mb} ({kv_budget} bytes) is below the smallest "
+            f"{flag} ({kv_budget} bytes) is below the smallest "
             f"plan's {floor / MB:.3f} MB ({floor} bytes: {smallest}); give --budget-kv-mb "
             f"{least} or more{fixes}"
         )
     full = plan_kv_bytes([[t] * n_head for _ in cut], None, limits.kv_full, t)
     if kv_budget >= full:
         raise ValueError(
-            f"--budget-kv-mb {kv_mb} is at or above the full cache's "
+            f"{flag} is at or above the full cache's "
             f"{full / MB:.3f} MB at T={t}: no head would be cut; give less than {full / MB:.3f}"
         )

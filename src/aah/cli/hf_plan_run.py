@@ -34,11 +34,24 @@ MEANINGS = (
 )
 
 
-def budgets(args: argparse.Namespace) -> tuple[float | None, int | None]:
-    """(coverage budget, KV byte budget) from --budget / --budget-kv-mb, one of them None."""
+def budgets(
+    args: argparse.Namespace, limits: ModelLimits | None, t: int
+) -> tuple[float | None, int | None, str | None]:
+    """(coverage budget, KV byte budget, the KV flag as written) from --budget /
+    --budget-kv-mb / --kv-fraction, one budget None. A fraction becomes bytes of the full cache
+    at T as `Budget.at_kv_fraction` counts them, so it waits for the model's shape (None
+    before a hub name loads)."""
     if args.budget_kv_mb is not None:
-        return None, int(args.budget_kv_mb * MB)
-    return (DEFAULT_BUDGET if args.budget is None else args.budget), None
+        return None, int(args.budget_kv_mb * MB), f"--budget-kv-mb {args.budget_kv_mb:g}"
+    if args.kv_fraction is not None:
+        from aah.attention.kv_bytes import full_kv_bytes
+
+        if limits is None:
+            return None, None, None
+        full = full_kv_bytes(limits.kv, limits.n_layer, t)
+        kv = max(1, int(args.kv_fraction * full))
+        return None, kv, f"--kv-fraction {args.kv_fraction:g} ({kv / MB:.6g} MB)"
+    return (DEFAULT_BUDGET if args.budget is None else args.budget), None, None
 
 
 @dataclass(frozen=True)
@@ -92,22 +105,21 @@ def _token_counter(tokenizer: Any, limits: ModelLimits) -> Any:
 def search(args: argparse.Namespace) -> int:
     from aah.integrations.hf.search import default_candidates
 
-    budget, kv_budget = budgets(args)
     texts = Texts.read(text=args.text, heldout=args.heldout)
 
-    def check(limits: ModelLimits | None) -> int:
+    def check(limits: ModelLimits | None) -> tuple[int, float | None, int | None]:
         t = sequence_length(args.seq_len, limits)
         if args.suffix is not None and args.suffix >= t:
             raise ValueError(f"--suffix must be in [1, T={t}), got {args.suffix}")
         cands = args.candidates or default_candidates(t)
-        shown = None if args.budget_kv_mb is None else f"{args.budget_kv_mb:g}"
+        budget, kv_budget, shown = budgets(args, limits, t)
         check_budget(budget, kv_budget, args.sinks, t, cands, limits, shown)
-        return t
+        return t, budget, kv_budget
 
     limits = _prepare(args)
-    texts.check(check(limits), lambda text: len(text.encode("utf-8")), "bytes")
+    texts.check(check(limits)[0], lambda text: len(text.encode("utf-8")), "bytes")
     model, tokenizer, exact = _load(args)
-    t = check(exact)
+    t, budget, kv_budget = check(exact)
     texts.check(t, _token_counter(tokenizer, exact), "tokens")
     return _search_loaded(args, model, tokenizer, exact, t, budget, kv_budget, texts)
 

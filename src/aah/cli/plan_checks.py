@@ -73,7 +73,7 @@ def check_plan_arguments(args: argparse.Namespace) -> None:
     if args.text is not None:  # `plan search` without it reads the shipped mix
         read_text(args.text, "--text")
     if args.action == "search":
-        check_budget_flags(args.budget, args.budget_kv_mb, args.sinks)
+        check_budget_flags(args.budget, args.budget_kv_mb, args.sinks, args.kv_fraction)
         check_output(args.out, "--out")
         if args.heatmap:
             check_heatmap(args.heatmap, args.out)
@@ -114,16 +114,23 @@ def check_candidate_flag(candidates: list[int]) -> None:
         )
 
 
-def check_budget_flags(budget: float | None, kv_mb: float | None, sinks: int) -> None:
-    """One budget at most (--budget in (0, 1] or --budget-kv-mb > 0) and --sinks >= 0."""
-    if budget is not None and kv_mb is not None:
-        raise ValueError(
-            f"give --budget ({budget}) or --budget-kv-mb ({kv_mb}), not both: one cap per search"
-        )
+def check_budget_flags(
+    budget: float | None, kv_mb: float | None, sinks: int, kv_fraction: float | None = None
+) -> None:
+    """One budget at most (--budget in (0, 1], --budget-kv-mb > 0 or --kv-fraction in (0, 1))
+    and --sinks >= 0."""
+    given = {"--budget": budget, "--budget-kv-mb": kv_mb, "--kv-fraction": kv_fraction}
+    named = [f"{flag} ({value})" for flag, value in given.items() if value is not None]
+    if len(named) > 1:
+        raise ValueError(f"give one of {' and '.join(named)}, not both: one cap per search")
     if budget is not None and not 0.0 < budget <= 1.0:
         raise ValueError(f"--budget must be in (0, 1], got {budget}")
     if kv_mb is not None and not (kv_mb > 0 and kv_mb * 2**20 >= 1 and kv_mb != float("inf")):
         raise ValueError(f"--budget-kv-mb must be a finite number of MB > 0, got {kv_mb}")
+    if kv_fraction is not None and not 0.0 < kv_fraction < 1.0:
+        raise ValueError(
+            f"--kv-fraction must be in (0, 1), got {kv_fraction} (1 would cut no head)"
+        )
     if sinks < 0:
         raise ValueError(f"--sinks must be >= 0, got {sinks}")
 
