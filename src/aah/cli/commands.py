@@ -96,8 +96,7 @@ COMMANDS: dict[str, tuple[str, AddArgs, Run]] = {
         posthoc_cmd.run,
     ),
     "bench": (
-        "Benchmarks: training, attention, decode, hf-decode, variants "
-        "(aah bench NAME --help).",
+        "Benchmarks: training, attention, decode, hf-decode, variants (aah bench NAME --help).",
         bench_cmd.add_arguments,
         bench_cmd.run,
     ),
