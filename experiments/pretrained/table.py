@@ -11,6 +11,7 @@ exact two-sided sign test on those discordant needles (McNemar's exact test), un
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -116,6 +117,8 @@ def _ci(e: Estimate | None) -> str:
 def _p(p: float | None) -> str:
     if p is None:
         return ""
+    if math.isnan(p):  # one document: no interval, no test
+        return "n/a"
     return f"{p:.2g}" if p >= 1e-4 else "< 1e-4"
 
 

@@ -8,8 +8,15 @@ positions per KV head; the continuation is then fed in one call with `position_i
 on from P (appended uncompressed), and scored teacher-forced with the prompt's last logit
 first. compression_ratio = 1 - f. Presses: StreamingLLM (4 sinks + recent tokens: the same
 rule as the `uniform` plans), SnapKV (keys ranked by the attention of the prompt's last 64
-queries) and Knorm (keys with the smallest L2 norm kept). `full` (no press) checks the
-protocol against the project's own run on the same ids.
+queries), Knorm (keys with the smallest L2 norm kept) and AdaKV-SnapKV (kvpress's head-wise
+wrapper: SnapKV's scores ranked across all heads of a layer, each head keeping at least a
+fifth of its share). `full` (no press) checks the protocol against the project's own run on the
+same ids.
+
+The bytes each press really holds are measured from the cache after the prompt, not taken
+from its ratio: AdaKV keeps every key and value and only masks the pruned ones in attention
+(kvpress's attention patch swaps them for keys no query attends to), so it holds the full
+cache's bytes; `frees_memory` records, per press, whether the cache shrank.
 """
 
 from __future__ import annotations
@@ -63,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     import importlib.metadata
 
     import transformers
-    from kvpress import KnormPress, SnapKVPress, StreamingLLMPress
+    from kvpress import AdaKVPress, KnormPress, SnapKVPress, StreamingLLMPress
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -81,12 +88,17 @@ def main(argv: list[str] | None = None) -> None:
         "kvpress-streaming": lambda r: StreamingLLMPress(compression_ratio=r, n_sink=4),
         "kvpress-snapkv": lambda r: SnapKVPress(compression_ratio=r, window_size=64),
         "kvpress-knorm": lambda r: KnormPress(compression_ratio=r),
+        "kvpress-adakv-snapkv": lambda r: AdaKVPress(
+            SnapKVPress(compression_ratio=r, window_size=64)
+        ),
     }
     for f in args.fractions:
         for name, make in presses.items():
             res = run_press(model, blocks, prompt, make(round(1 - f, 6)))
             held = res["kv_bytes"] / full["kv_bytes"]
-            rows.append({"method": name, "fraction": f, "kv_after_prompt": held, **res})
+            frees = res["kv_bytes"] < full["kv_bytes"]
+            rows.append({"method": name, "fraction": f, "kv_after_prompt": held,
+                         "frees_memory": frees, **res})  # fmt: skip
             mean = sum(res["block_losses"]) / len(res["block_losses"])
             print(json.dumps({"method": name, "fraction": f, "loss": mean, "kv": held}))
     result = {
