@@ -10,7 +10,8 @@ logic is in `hf_plan_run`).
 The search gives one window per KV head (its query heads share it: a KV head's memory follows
 its widest query head) under a causal-coverage cap (`--budget`, default 0.3) or a cap on the
 KV bytes the per-head cache holds per sequence at the calibration length (`--budget-kv-mb`,
-MB = 2**20 bytes, or `--kv-fraction` of the full cache's); `--sinks N` gives every head N attention sinks, measured and costed.
+MB = 2**20 bytes, or `--kv-fraction` of the full cache's); `--sinks N` gives every head N
+attention sinks, measured and costed.
 `--signal` picks what is allocated on: attention mass beyond each window (`mass`, one pass over
 the calibration text), the change of each head's residual-stream contribution (`output`, one
 pass; values and output projection included), that plus the same at the answer rows of

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aah.data import cache
+from aah.data import token_cache
 from aah.data.config import DataConfig
 from aah.data.corpora import read_corpus
 from aah.data.split import SplitPlan, join_pieces, plan_split
@@ -47,16 +47,16 @@ def load_tokens(
     The corpus is always read (its content is the cache key); the split, encoding and writing
     happen only on a cache miss. `progress` shows a tqdm bar while reading files. Raises
     `ValueError` for bad config values and unusable inputs (see `aah.data.corpora`); the split
-    rule is in `aah.data.split`, the cache layout in `aah.data.cache`. `synthetic:*` tasks are
+    rule is in `aah.data.split`, the cache layout in `aah.data.token_cache`. `synthetic:*` tasks are
     generated instead (no cache) and need `seq_len`, which sets their distance buckets.
     """
     cfg.validate()
     if cfg.path is None and cfg.corpus.startswith("synthetic:"):
         return _synthetic_splits(cfg, seq_len)
     corpus = read_corpus(cfg, progress=progress)
-    key = cache.content_hash(corpus.documents, cfg.val_fraction, cfg.max_bytes)
-    entry = cache.cache_root(cfg) / key
-    hit = cache.load_entry(entry, key)
+    key = token_cache.content_hash(corpus.documents, cfg.val_fraction, cfg.max_bytes)
+    entry = token_cache.cache_root(cfg) / key
+    hit = token_cache.load_entry(entry, key)
     if hit is None:
         plan = plan_split(corpus.documents, cfg.val_fraction)
         train, val = encode_split(plan)
@@ -66,8 +66,8 @@ def load_tokens(
             "val_fraction": cfg.val_fraction,
             "max_bytes": cfg.max_bytes,
         }
-        cache.store_entry(entry, key, train, val, meta)
-        hit = cache.load_entry(entry, key)
+        token_cache.store_entry(entry, key, train, val, meta)
+        hit = token_cache.load_entry(entry, key)
         if hit is None:  # only if the cache folder is being tampered with concurrently
             raise RuntimeError(f"token cache entry unreadable right after writing: {entry}")
     train_mm, val_mm, meta = hit

@@ -1,7 +1,7 @@
 """The data fingerprint a run keeps (checkpoint and summary.json), and what a change means.
 
 The fingerprint is `TokenSplits.content_hash`: a hash of the exact corpus content and the
-split settings (aah.data.cache), so an edited, added or removed file changes it.
+split settings (aah.data.token_cache), so an edited, added or removed file changes it.
 """
 
 from __future__ import annotations

@@ -35,9 +35,9 @@ from aah.training.memory_estimate import check_memory
 from aah.training.metrics import eval_record, summary_record
 from aah.training.run_config import RunConfig
 from aah.training.run_dir import claim
-from aah.training.signals import StopRequest
 from aah.training.state import TrainState, build_state
 from aah.training.step import AFTER_UPDATE, Invocation, optimizer_step
+from aah.training.stop_request import StopRequest
 
 #: metrics keys that measure time; everything else is a pure function of config and seed.
 TIMING_KEYS = (
