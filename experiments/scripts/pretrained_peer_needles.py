@@ -48,7 +48,7 @@ import torch
 FRACTIONS = (0.3, 0.5)
 SEQ_LEN, SINKS = 4096, 4
 LENGTHS, DEPTHS, PER_CELL = (1024, 2048, 4096), 5, 2
-PRESSES = ("kvpress-streaming", "kvpress-snapkv", "kvpress-knorm")
+PRESSES = ("kvpress-streaming", "kvpress-snapkv", "kvpress-knorm", "kvpress-adakv-snapkv")
 
 
 def digest(prompts: list[list[int]]) -> str:
@@ -62,27 +62,39 @@ def export(args: argparse.Namespace) -> None:
     from aah.integrations.hf import layout
     from aah.integrations.hf.load import load_model
     from aah.integrations.hf.model_layout import kv_shape
-    from experiments.pretrained import methods, needles
+    from experiments.pretrained import methods, needles, retrieval_grid
     from experiments.pretrained.run import default_model
 
     model_dir = args.model or default_model()
     model, tokenizer = load_model(model_dir)
     depths = [i / (DEPTHS - 1) for i in range(DEPTHS)]
-    items = needles.build_needles(tokenizer, LENGTHS, depths, PER_CELL, seed=args.seed,
-                                  vocab_size=model.config.vocab_size)  # fmt: skip
+    vocab = model.config.vocab_size
+    conditions = None
+    if args.grid == "classic":
+        items = needles.build_needles(tokenizer, args.lengths, depths, args.per_cell,
+                                      seed=args.seed, vocab_size=vocab)  # fmt: skip
+    else:  # the retrieval grid, counted per condition
+        probes = retrieval_grid.build_probes(
+            tokenizer, args.grid, args.lengths, depths, args.per_cell, seed=args.seed,
+            vocab_size=vocab,
+        )  # fmt: skip
+        items = [p.needle for p in probes]
+        conditions = [list(p.condition) for p in probes]
     lay, shape = layout(model), kv_shape(model)
     keep = {}
     for f in args.kv_fractions:
         budget = Budget.at_kv_fraction(f, SEQ_LEN, lay.n_layer, lay.n_head, shape, SINKS)
         uniform = methods.uniform_plan(budget)
         dims = (lay.n_layer, lay.n_head, shape, SINKS)
-        at = {n: Budget.at_kv_fraction(1.0, n, *dims) for n in LENGTHS}
-        keep[str(f)] = {str(n): at[n].fraction_of(uniform) for n in LENGTHS}
+        at = {n: Budget.at_kv_fraction(1.0, n, *dims) for n in args.lengths}
+        keep[str(f)] = {str(n): at[n].fraction_of(uniform) for n in args.lengths}
     prompts = [n.prompt for n in items]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     payload = {
         "model": model_dir, "seed": args.seed, "digest": digest(prompts), "keep": keep,
+        "grid": args.grid, "lengths": args.lengths, "per_cell": args.per_cell,
+        "conditions": conditions,
         "needles": [{"kind": n.kind, "length": n.length, "depth": n.depth, "prompt": n.prompt,
                      "answer": n.answer, "question": n.question}
                     for n in items],
@@ -119,7 +131,7 @@ def presses(args: argparse.Namespace) -> None:
     import importlib.metadata
 
     import transformers
-    from kvpress import KnormPress, SnapKVPress, StreamingLLMPress
+    from kvpress import AdaKVPress, KnormPress, SnapKVPress, StreamingLLMPress
 
     out = Path(args.out)
     saved = json.loads((out / "needles.json").read_text())
@@ -133,6 +145,9 @@ def presses(args: argparse.Namespace) -> None:
         "kvpress-streaming": lambda r: StreamingLLMPress(compression_ratio=r, n_sink=SINKS),
         "kvpress-snapkv": lambda r: SnapKVPress(compression_ratio=r, window_size=64),
         "kvpress-knorm": lambda r: KnormPress(compression_ratio=r),
+        "kvpress-adakv-snapkv": lambda r: AdaKVPress(
+            SnapKVPress(compression_ratio=r, window_size=64)
+        ),
     }
     start = time.perf_counter()
     items = saved["needles"]
@@ -161,12 +176,18 @@ def presses(args: argparse.Namespace) -> None:
     (out / "presses.json").write_text(json.dumps(result, indent=1) + "\n")
 
 
-def plan_hits(bench: Path, fractions: list[float]) -> dict[tuple[str, float], list[bool]]:
-    """(method, fraction) -> per-needle hits of the bench folder's plans on the default grid,
+def plan_hits(
+    bench: Path, fractions: list[float], saved: dict[str, Any]
+) -> dict[tuple[str, float], list[bool]]:
+    """(method, fraction) -> per-needle hits of the bench folder's plans on the exported grid,
     from its cells (full under ("full", 1.0))."""
     from experiments.pretrained.run import digest as plan_digest
 
-    kind = f"needles-{'-'.join(map(str, LENGTHS))}-d{DEPTHS}x{PER_CELL}"
+    lengths = "-".join(map(str, saved.get("lengths", LENGTHS)))
+    per_cell, grid = saved.get("per_cell", PER_CELL), saved.get("grid", "classic")
+    kind = f"needles-{lengths}-d{DEPTHS}x{per_cell}"
+    if grid != "classic":  # the study's key for a probe grid
+        kind = f"probes-{grid}-{lengths}-d{DEPTHS}x{per_cell}-s{saved['seed']}"
     cells = {}
     for line in (bench / "cells.jsonl").read_text().splitlines():
         row = json.loads(line)
@@ -192,7 +213,7 @@ def table(args: argparse.Namespace) -> str:
     peer = json.loads((out / "presses.json").read_text())
     if peer["digest"] != saved["digest"]:
         raise ValueError("presses.json scored other needles than needles.json holds")
-    ours = plan_hits(Path(args.bench), list(args.kv_fractions))
+    ours = plan_hits(Path(args.bench), list(args.kv_fractions), saved)
     full = ours.get(("full", 1.0))
     peer_full = next(r["hits"] for r in peer["rows"] if r["method"] == "full")
     if full is None or len(full) != len(saved["needles"]):
@@ -201,6 +222,10 @@ def table(args: argparse.Namespace) -> str:
     rows = [(m, f, h, "window plan") for (m, f), h in ours.items() if m != "full"]
     rows += [(r["method"], r["fraction"], r["hits"], "kvpress peer") for r in peer["rows"]
              if r["method"] != "full"]  # fmt: skip
+    if saved.get("conditions") is not None:
+        md = condition_table(saved, rows, full, peer_full, peer["env"])
+        (out / "table.md").write_text(md)
+        return md
     n = len(full)
     lines = [
         f"Needles retrieved of {n} (the default grid: {', '.join(map(str, LENGTHS))} tokens x "
@@ -226,6 +251,55 @@ def table(args: argparse.Namespace) -> str:
     return md
 
 
+def condition_table(
+    saved: dict[str, Any], rows: list, full: list[bool], peer_full: list[bool], env: dict
+) -> str:
+    """The retrieval grid counted per condition (retrieved when all its needles are): each
+    method against full attention and against the `output` plan of its KV budget, McNemar's
+    exact test over the conditions on which the two differ."""
+    from experiments.pretrained.retrieval_grid import compare
+
+    conds = [tuple(c) for c in saved["conditions"]]
+
+    def per_condition(hits: list[bool]) -> dict[tuple, bool]:
+        out: dict[tuple, bool] = {}
+        for c, hit in zip(conds, hits, strict=True):
+            out[c] = out.get(c, True) and bool(hit)
+        return out
+
+    full_c, peer_c = per_condition(full), per_condition(peer_full)
+    agree = sum(full_c[c] == peer_c[c] for c in full_c)
+    plans = {f: per_condition(h) for m, f, h, _ in rows if m == "output"}
+    n = len(full_c)
+    lines = [
+        f"The {saved['grid']} retrieval grid: {n} conditions (needle kind x filler x wording x "
+        f"length {', '.join(map(str, saved['lengths']))} x {DEPTHS} depths), "
+        f"{saved['per_cell']} needle(s) each; a condition counts when all its needles are "
+        "retrieved. Each method against full attention (lost / gained) and against the "
+        "`output` plan of its budget (the plan only / the method only), McNemar's exact test. "
+        f"Full attention: {sum(full_c.values())}/{n} here, {sum(peer_c.values())}/{n} in "
+        f"kvpress's environment ({agree} of {n} conditions agree; kvpress {env['kvpress']}, "
+        f"transformers {env['transformers']}). A press keeps, at each prompt length, the bytes "
+        "the `uniform` plan of its budget holds there, computes the context at full attention "
+        "and compresses the cache after each layer's prefill; a plan's windows bind every "
+        "context row too.",
+        "",
+        "| KV budget | method | kind | conditions | vs full (lost / gained, p) "
+        "| vs output (output only / this only, p) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for method, f, hits, kind in sorted(rows, key=lambda r: (r[1], r[3], r[0])):
+        got = per_condition(hits)
+        lost, gained, p = compare(full_c, got)
+        vs = ""
+        if method != "output" and f in plans:
+            only_plan, only_this, q = compare(plans[f], got)
+            vs = f"{only_plan} / {only_this}, p {q:.3g}"
+        lines.append(f"| {f:g} | {method} | {kind} | {sum(got.values())}/{n} | "
+                     f"{lost} / {gained}, p {p:.3g} | {vs} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("step", choices=("export", "presses", "table"))
@@ -236,6 +310,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--kv-fractions", type=float, nargs="+", default=list(FRACTIONS))
     p.add_argument("--seed", type=int, default=0, help="the needles' seed (the bench's)")
+    p.add_argument(
+        "--grid",
+        choices=("classic", "design", "heldout"),
+        default="classic",
+        help="export: the study's --needle-grid (default classic)",
+    )
+    p.add_argument(
+        "--lengths", type=int, nargs="+", default=list(LENGTHS), help="export: prompt lengths"
+    )
+    p.add_argument(
+        "--per-cell", type=int, default=PER_CELL, help="export: needles per cell or condition"
+    )
     p.add_argument("--threads", type=int, default=0)
     args = p.parse_args(argv)
     if args.step == "table" and not args.bench:

@@ -70,7 +70,7 @@ def test_the_table_pairs_bench_hits_with_the_press_file(model, tmp_path, monkeyp
     prompts = [n.prompt for n in items]
     (out / "needles.json").write_text(json.dumps({"digest": peer.digest(prompts), "needles": [
         {"prompt": n.prompt, "answer": n.answer} for n in items]}))  # fmt: skip
-    ours = peer.plan_hits(bench, [0.5])
+    ours = peer.plan_hits(bench, [0.5], {})
     full = ours[("full", 1.0)]
     assert len(full) == len(items) and {("uniform", 0.5), ("output", 0.5)} <= set(ours)
     flipped = [not h for h in full]  # a press that gets every needle the other way round
@@ -87,3 +87,23 @@ def test_the_table_pairs_bench_hits_with_the_press_file(model, tmp_path, monkeyp
     (out / "presses.json").write_text(json.dumps({**press, "digest": "other"}))
     with pytest.raises(ValueError, match="other needles"):
         peer.table(args)
+
+
+def test_the_retrieval_grid_is_counted_per_condition() -> None:
+    # Three conditions of two needles each: a condition counts only when both are retrieved.
+    saved = {
+        "grid": "heldout",
+        "lengths": [160],
+        "per_cell": 2,
+        "conditions": [["fact", "prose", "heldout", 160, d] for d in (0, 0, 1, 1, 2, 2)],
+    }
+    full = [True] * 6
+    output = [True, True, True, False, True, True]  # misses condition 1 only
+    snap = [True, False, False, False, True, True]  # misses conditions 0 and 1
+    rows = [("output", 0.3, output, "window plan"), ("kvpress-snapkv", 0.3, snap, "kvpress peer")]
+    md = peer.condition_table(saved, rows, full, full, {"kvpress": "x", "transformers": "y"})
+    plan = next(line for line in md.splitlines() if "| output |" in line)
+    press = next(line for line in md.splitlines() if "kvpress-snapkv" in line)
+    assert "| 2/3 | 1 / 0, p 1 |" in plan
+    assert "| 1/3 | 2 / 0, p 0.5 | 1 / 0, p 1 |" in press
+    assert "3 of 3 conditions agree" in md
