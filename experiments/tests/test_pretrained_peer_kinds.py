@@ -104,3 +104,60 @@ def test_blocks_of_one_document_count_once() -> None:
     got = next(r for r in tables["pooled"][0] if r.method == "output").vs_uniform
     want = estimate([(-0.1 - 0.3) / 2, -0.4])  # document a's mean, document b
     assert got.n == 2 and math.isclose(got.mean, want.mean) and math.isclose(got.p, want.p)
+
+
+class _KeepLast:
+    """A stand-in press: after each layer's prefill, its cache keeps the last `keep` positions.
+
+    It acts the way kvpress's presses do (a forward hook on every attention module that
+    rewrites that layer's cache), so `run_press` is tested without kvpress installed.
+    """
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+
+    def __call__(self, model: torch.nn.Module):
+        import contextlib
+
+        def hook(module, args, kwargs, output):
+            cache = kwargs.get("past_key_values", kwargs.get("cache"))  # renamed in 5.x
+            layer = cache.layers[module.layer_idx]
+            layer.keys = layer.keys[:, :, -self.keep :].contiguous()
+            layer.values = layer.values[:, :, -self.keep :].contiguous()
+            return output
+
+        stack = contextlib.ExitStack()
+        for block in model.model.layers:
+            handle = block.self_attn.register_forward_hook(hook, with_kwargs=True)
+            stack.callback(handle.remove)
+        return stack
+
+
+def test_run_press_scores_the_continuation_and_measures_the_bytes_held() -> None:
+    # The kvpress side's runner, without kvpress: with no press (and with a press that keeps
+    # every prompt position) it is the continuation loss of a plain forward pass and holds
+    # the full cache; a press that drops keys holds proportionally fewer bytes, and they are
+    # measured from the cache rather than taken from its ratio.
+    from experiments.scripts import pretrained_peer_kvpress as side
+
+    model = tiny_model("llama", max_position_embeddings=256)
+    torch.manual_seed(1)
+    blocks = torch.randint(0, model.config.vocab_size, (2, T))
+    config = model.config
+    kv_heads = getattr(config, "num_key_value_heads", config.num_attention_heads)
+    head_dim = getattr(config, "head_dim", config.hidden_size // config.num_attention_heads)
+    full_bytes = config.num_hidden_layers * 2 * kv_heads * head_dim * PROMPT * 4
+    full = side.run_press(model, blocks, PROMPT, None)
+    assert full["kv_bytes"] == full_bytes
+    for ids, got in zip(blocks, full["block_losses"], strict=True):
+        with torch.no_grad():
+            logp = model(input_ids=ids[None]).logits[0].double().log_softmax(-1)
+        want = -logp[PROMPT - 1 : -1].gather(1, ids[PROMPT:, None]).mean()
+        assert math.isclose(got, float(want), rel_tol=1e-5)
+    same = side.run_press(model, blocks, PROMPT, _KeepLast(PROMPT))
+    assert same["kv_bytes"] == full_bytes
+    assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in
+               zip(same["block_losses"], full["block_losses"], strict=True))  # fmt: skip
+    cut = side.run_press(model, blocks, PROMPT, _KeepLast(PROMPT // 3))
+    assert cut["kv_bytes"] == full_bytes * (PROMPT // 3) / PROMPT
+    assert cut["block_losses"] != full["block_losses"]
