@@ -132,6 +132,8 @@ def windows(args: argparse.Namespace) -> None:
     }  # fmt: skip
     if records is not None:  # which document each block is, for intervals over documents
         result.update(kinds=args.kinds, calib="shipped mix", blocks=records)
+        for stream in ("heldout_packages", "calib_packages"):  # the single stream's, unused
+            result.pop(stream)
     (out / "windows.json").write_text(json.dumps(result, indent=1) + "\n")
 
 
