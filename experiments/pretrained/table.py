@@ -37,7 +37,7 @@ class Row:
     needles_p: float | None = None  # exact sign test over the discordant needles
 
 
-def _diff(
+def paired_difference(
     a: Sequence[float], b: Sequence[float], clusters: Sequence[Hashable] | None = None
 ) -> Estimate:
     """The paired difference a - b over blocks; with `clusters` (each block's file), over the
@@ -80,12 +80,14 @@ def rows(
     missing = [f for _, f in tested if ("uniform", f) not in losses]
     if missing:
         raise ValueError(f"no uniform baseline at KV fraction(s) {sorted(set(missing))}")
-    vs_uniform = {k: _diff(losses[k], losses[("uniform", k[1])], clusters) for k in tested}
+    vs_uniform = {
+        k: paired_difference(losses[k], losses[("uniform", k[1])], clusters) for k in tested
+    }
     adjusted = dict(zip(tested, holm([vs_uniform[k].p for k in tested]), strict=True))
     return [
         Row(
             method=k[0], kv_target=k[1], kv_fraction=kv_held[k],
-            loss=sum(v) / len(v), vs_full=_diff(v, full, clusters),
+            loss=sum(v) / len(v), vs_full=paired_difference(v, full, clusters),
             vs_uniform=vs_uniform.get(k), holm_p=adjusted.get(k),
             needle=sum(needles[k]) / len(needles[k]) if k in needles else None,
             needles_lost=change[k][0] if k in change else None,
