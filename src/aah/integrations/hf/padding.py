@@ -42,13 +42,21 @@ def causal_pattern(
     return window_allows(slots[:, None], torch.arange(k_len, device=device), window)
 
 
+def one_head(allowed: torch.Tensor) -> torch.Tensor | None:
+    """(B, Tq, Tk): the mask `allowed` (B, 1 or H, Tq, Tk) when every head's is the same;
+    None when they differ (a per-head custom mask, which only the general rule serves)."""
+    if allowed.shape[1] != 1 and not bool((allowed == allowed[:, :1]).all()):
+        return None
+    return allowed[:, 0]
+
+
 def simple_padding(allowed: torch.Tensor, sliding_window: int | None) -> Padding | None:
     """The rows' runs when `allowed` (B, 1 or H, T, T) is causal over one run of real tokens
     per row (the same for every head); None for anything else (holes, packed sequences,
     custom masks). Reads the mask's values: not for compiled code."""
-    if allowed.shape[1] != 1 and not bool((allowed == allowed[:, :1]).all()):
+    mask = one_head(allowed)
+    if mask is None:
         return None
-    mask = allowed[:, 0]
     seq_len = mask.shape[-1]
     real = mask.diagonal(dim1=-2, dim2=-1)  # (B, T): a real token sees itself
     count = real.sum(-1)
@@ -74,9 +82,9 @@ def left_padded_keys(
     a late query, so the first slot is read off the last query's position id (what `generate`
     and a full cache give), or off the mask where the row is short. Reads the values: not for
     compiled code."""
-    if allowed.shape[1] != 1 and not bool((allowed == allowed[:, :1]).all()):
+    mask = one_head(allowed)
+    if mask is None:
         return None
-    mask = allowed[:, 0]
     batch, q_len, k_len = mask.shape
     keys = torch.arange(k_len, device=mask.device)
     candidates = [mask[:, -1].long().argmax(-1)]  # the last query sees its row's first key
