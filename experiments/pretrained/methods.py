@@ -14,6 +14,9 @@ counted as `PerHeadCache` holds them (`controller.allocate.Budget`, `attention.k
   (`hf.retrieval_calib`), each divided by its total at the smallest candidate so the two
   weigh the same (`hf.measure.blended` on the per-query-head signals, as the committed
   results were made; the search's `Blend` does the same per KV head);
+- `NAME-whole0` (NAME `output` or `output+retrieval`): NAME's allocation with the first
+  layer's KV heads all at full attention, paid for out of the budget first
+  (`allocate(..., whole_layers=(0,))`);
 - `suffix-loss`: the same greedy allocation on the measured loss rise of cutting each KV head
   alone to each candidate, over the last tokens of calibration blocks whose context stays at
   full attention (`hf.suffix_loss`): the loss search, at about 1/8 of its cost;
@@ -50,7 +53,10 @@ SHUFFLED = "-shuffled"
 SIGNALS_OF = {
     "output": ("output",), "mass": ("mass",), "duo": ("output",), "duo-loss": ("suffix-loss",),
     "output+retrieval": ("output", "retrieval"), "suffix-loss": ("suffix-loss",),
+    "output-whole0": ("output",), "output+retrieval-whole0": ("output", "retrieval"),
 }  # fmt: skip
+#: method -> the layers its allocation keeps whole
+WHOLE_LAYERS = {"output-whole0": (0,), "output+retrieval-whole0": (0,)}
 BASE_METHODS = ("full", "uniform", "random")
 #: the budget-free methods: one plan each, at its own KV fraction
 AAH_METHODS = ("aah-v3", "aah-v3" + SHUFFLED)
@@ -82,11 +88,14 @@ def uniform_plan(budget: Budget) -> Plan:
     return budget.everywhere(window)
 
 
-def allocated_plan(signal: torch.Tensor, candidates: Sequence[int], budget: Budget) -> Plan:
+def allocated_plan(
+    signal: torch.Tensor, candidates: Sequence[int], budget: Budget,
+    whole_layers: Sequence[int] = (),
+) -> Plan:  # fmt: skip
     """Greedy per-KV-head allocation of `signal` (L, Hq, n_windows), summed per KV head,
-    within the budget."""
+    within the budget, `whole_layers` at full attention."""
     costs = kv_head_costs(signal, budget.kv_shape.n_kv_head)
-    alloc = allocate(costs, candidates, budget)
+    alloc = allocate(costs, candidates, budget, whole_layers=whole_layers)
     if alloc is None:
         raise ValueError(
             f"KV budget {budget.kv_bytes} B is below the smallest candidate ({candidates[0]}) "
@@ -154,7 +163,7 @@ def build_plans(
             plan = allocated_plan(signal, [recent, cands[-1]], budget)
         else:
             parts = [signals[name] for name in SIGNALS_OF[base]]
-            plan = allocated_plan(blended(parts), cands, budget)
+            plan = allocated_plan(blended(parts), cands, budget, WHOLE_LAYERS.get(base, ()))
         if method != base:
             plan = shuffled_twin(plan, budget.kv_shape.n_kv_head, seed + 1)  # type: ignore[arg-type]
         plans[method] = plan

@@ -402,7 +402,32 @@ def needle_results(model, tokenizer, plans, args, store: CellStore) -> tuple[dic
         won, lost, p = retrieval_grid.compare(c, base)
         lines.append(f"| {fraction:g} | {method} | {sum(c.values())}/{n} | {won} / {lost}, "
                      f"p {p:.2g} | {blind} of {len(probes)} needles |")  # fmt: skip
+    lines += _between_plans(conds)
     return {k: list(c.values()) for k, c in conds.items()}, grids, "\n".join(lines) + "\n"
+
+
+def _between_plans(conds: dict) -> list[str]:
+    """Every pair of searched plans at one budget, per condition (McNemar's exact test, Holm
+    over all the pairs of the table); nothing where a budget has a single searched plan."""
+    from aah.report.comparisons import holm
+    from experiments.pretrained import retrieval_grid
+
+    pairs = [(a, b) for a in conds for b in conds
+             if a[1] == b[1] and a[0] not in ("full", "uniform") and b[0] not in ("full", "uniform")
+             and list(conds).index(a) < list(conds).index(b)]  # fmt: skip
+    if not pairs:
+        return []
+    tests = [retrieval_grid.compare(conds[b], conds[a]) for a, b in pairs]
+    adjusted = holm([p for _, _, p in tests])
+    lines = [
+        "\nBetween the searched plans per condition (McNemar's exact test, Holm over the "
+        f"{len(pairs)} pairs):\n",
+        "| KV budget | method | against | won / lost | p | Holm p |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (a, b), (won, lost, p), q in zip(pairs, tests, adjusted, strict=True):
+        lines.append(f"| {a[1]:g} | {b[0]} | {a[0]} | {won} / {lost} | {p:.2g} | {q:.2g} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,6 +51,10 @@ LENGTHS, DEPTHS, PER_CELL = (1024, 2048, 4096), 5, 2
 PRESSES = ("kvpress-streaming", "kvpress-snapkv", "kvpress-knorm", "kvpress-adakv-snapkv")
 
 
+#: the kind column of a kvpress press's rows
+PEER = "kvpress peer"
+
+
 def digest(prompts: list[list[int]]) -> str:
     return hashlib.sha256(json.dumps(prompts).encode()).hexdigest()[:16]
 
@@ -220,7 +224,7 @@ def table(args: argparse.Namespace) -> str:
         raise ValueError(f"{args.bench} holds no full-attention hits on this needle grid")
     agree = sum(a == b for a, b in zip(full, peer_full, strict=True))
     rows = [(m, f, h, "window plan") for (m, f), h in ours.items() if m != "full"]
-    rows += [(r["method"], r["fraction"], r["hits"], "kvpress peer") for r in peer["rows"]
+    rows += [(r["method"], r["fraction"], r["hits"], PEER) for r in peer["rows"]
              if r["method"] != "full"]  # fmt: skip
     if saved.get("conditions") is not None:
         md = condition_table(saved, rows, full, peer_full, peer["env"])
@@ -257,6 +261,7 @@ def condition_table(
     """The retrieval grid counted per condition (retrieved when all its needles are): each
     method against full attention and against the `output` plan of its KV budget, McNemar's
     exact test over the conditions on which the two differ."""
+    from aah.report.comparisons import holm
     from experiments.pretrained.retrieval_grid import compare
 
     conds = [tuple(c) for c in saved["conditions"]]
@@ -285,18 +290,26 @@ def condition_table(
         "context row too.",
         "",
         "| KV budget | method | kind | conditions | vs full (lost / gained, p) "
-        "| vs output (output only / this only, p) |",
-        "|---|---|---|---|---|---|",
+        "| vs output (output only / this only, p) | Holm p (over the presses) |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for method, f, hits, kind in sorted(rows, key=lambda r: (r[1], r[3], r[0])):
+    ordered = sorted(rows, key=lambda r: (r[1], r[3], r[0]))
+    # the declared family: every press against the plan of its budget
+    tested = [i for i, (m, f, _, kind) in enumerate(ordered) if kind == PEER and f in plans]
+    adjusted = dict(zip(tested, holm([compare(plans[ordered[i][1]],
+                                              per_condition(ordered[i][2]))[2]
+                                      for i in tested]), strict=True))  # fmt: skip
+    for i, (method, f, hits, kind) in enumerate(ordered):
         got = per_condition(hits)
         lost, gained, p = compare(full_c, got)
-        vs = ""
+        vs, holm_p = "", ""
         if method != "output" and f in plans:
             only_plan, only_this, q = compare(plans[f], got)
             vs = f"{only_plan} / {only_this}, p {q:.3g}"
+        if i in adjusted:
+            holm_p = f"{adjusted[i]:.3g}"
         lines.append(f"| {f:g} | {method} | {kind} | {sum(got.values())}/{n} | "
-                     f"{lost} / {gained}, p {p:.3g} | {vs} |")  # fmt: skip
+                     f"{lost} / {gained}, p {p:.3g} | {vs} | {holm_p} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

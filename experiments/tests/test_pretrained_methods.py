@@ -220,6 +220,23 @@ def test_the_studies_plans_are_unchanged(case: dict) -> None:
     arrays = GOLDENS["arrays"]
     signals = {n: torch.tensor(arrays[k], dtype=torch.float64) for n, k in case["signals"].items()}
     names = [m for m in methods.METHODS if m not in methods.AAH_METHODS]
-    plans = methods.build_plans(names, budget, signals, [4, 8, 16, 32, 64], recent=8, seed=0)
+    assert set(case["plans"]) <= set(names)
+    older = [m for m in names if m in case["plans"]]  # methods added since allocate elsewhere
+    plans = methods.build_plans(older, budget, signals, [4, 8, 16, 32, 64], recent=8, seed=0)
     assert plans == case["plans"]
     assert {m: budget.fraction_of(p) for m, p in plans.items()} == case["fractions"]
+
+
+@pytest.mark.parametrize("base", ["output", "output+retrieval"])
+def test_the_whole0_methods_keep_the_first_layer_whole_and_allocate_the_rest(base: str) -> None:
+    case = next(c for c in GOLDENS["methods"] if c["fraction"] == 0.5)
+    shape = KVShape(n_kv_head=2, position_bytes=64, sliding=(None, 16, None))
+    budget = Budget.at_kv_fraction(0.5, 64, 3, 4, shape, sinks=2)
+    arrays = GOLDENS["arrays"]
+    signals = {n: torch.tensor(arrays[k], dtype=torch.float64) for n, k in case["signals"].items()}
+    cands = [4, 8, 16, 32, 64]
+    plans = methods.build_plans([base, base + "-whole0"], budget, signals, cands, recent=8)
+    whole = plans[base + "-whole0"]
+    assert whole is not None and whole[0] == [64] * 4
+    assert whole != plans[base] and budget.fraction_of(whole) <= 0.5
+    assert whole[1:] != plans[base][1:]  # the rest pays for the first layer

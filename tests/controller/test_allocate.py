@@ -142,3 +142,36 @@ def test_bad_budgets_are_refused_by_name() -> None:
     with pytest.raises(ValueError, match="the KV shape has 2 layers of 2 KV heads, the model 3"):
         Budget(T, 3, 4, coverage=0.3, shape=shape)
     assert Budget.at_kv_fraction(1.0, T, 2, 4, shape).kv_bytes == full_kv_bytes(shape, 2, T)
+
+
+@pytest.mark.parametrize("layers", [(0,), (2,), (0, 2)])
+def test_whole_layers_keep_full_attention_and_the_rest_is_allocated_as_if_forced(
+    layers: tuple[int, ...],
+) -> None:
+    costs = decreasing(3, 2, len(CANDS), seed=len(layers))
+    shape = KVShape(2, 64, (None, None, None))
+    budget = Budget.at_kv_fraction(0.8, T, 3, 4, shape, sinks=2)
+    got = allocate(costs, CANDS, budget, whole_layers=layers)
+    # the same plan another way: cutting a whole layer's head costs more than anything else
+    forced = costs.clone()
+    for layer in layers:
+        forced[layer, :, :-1] = 1e6
+    same = allocate(forced, CANDS, budget)
+    assert got is not None and same is not None
+    assert got.windows == same.windows
+    assert all(w == T for layer in layers for w in got.windows[layer])
+    assert any(w < T for layer in set(range(3)) - set(layers) for w in got.windows[layer])
+    assert budget.bytes_of(got.windows) <= budget.kv_bytes
+
+
+def test_whole_layers_are_refused_by_name_or_when_they_do_not_fit() -> None:
+    costs = decreasing(3, 2, len(CANDS))
+    budget = Budget.at_kv_fraction(0.6, T, 3, 4, KVShape(2, 64, (None, None, None)), sinks=2)
+    for bad in [(3,), (-1,), (0, 0), (True,), (1.0,)]:
+        with pytest.raises(ValueError, match=r"whole_layers must be distinct layers in 0\.\.2"):
+            allocate(costs, CANDS, budget, whole_layers=bad)
+    with pytest.raises(ValueError, match="largest candidate, 16, which is not full attention"):
+        allocate(costs[..., :-1], CANDS[:-1], budget, whole_layers=(0,))
+    tight = Budget.at_kv_fraction(0.3, T, 3, 4, KVShape(2, 64, (None, None, None)), sinks=2)
+    assert allocate(costs, CANDS, tight) is not None
+    assert allocate(costs, CANDS, tight, whole_layers=(0, 1)) is None

@@ -91,3 +91,10 @@ def test_without_text_the_search_calibrates_on_the_shipped_mix(inputs, tmp_path,
     again = search_plan(model, None, 0.3, seq_len=32, max_batches=2, candidates=[4, 8, 16, 32],
                         sinks=1)  # fmt: skip
     assert plan["signal"] == "output" and again.windows == plan["windows"]
+
+
+def test_whole_layers_from_the_command_line(inputs, tmp_path, capsys):
+    _, summary = search(inputs, tmp_path, capsys, "--budget", "0.8", "--whole-layers", "0")
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["windows"][0] == [32] * 4 and plan["whole_layers"] == [0]
+    assert summary["coverage"] <= 0.8

@@ -213,3 +213,27 @@ def test_output_plus_retrieval_search_allocates_on_the_blend_of_both_signals() -
     want = plan_from_mass(blended([text, answer]), cands, t, 0.5, "LlamaForCausalLM",
                           shape=kv_shape(model), sinks=2)  # fmt: skip
     assert plan.windows == want.windows
+
+
+def test_whole_layers_keep_full_attention_within_the_budget_and_are_recorded() -> None:
+    model = tiny_model("llama")
+    plan = search_plan(model, calib(seed=5), 0.7, seq_len=32, sample_queries=16, whole_layers=[1])
+    assert plan.windows[1] == [32] * 4 and min(plan.windows[0]) < 32
+    assert plan.info["whole_layers"] == [1] and plan.info["coverage"] <= 0.7
+    assert WindowPlan.from_data(json.loads(plan.to_json())) == plan
+    with pytest.raises(ValueError, match=r"below the smallest plan's .* fewer whole layers"):
+        search_plan(model, calib(seed=5), 0.7, seq_len=32, sample_queries=16,
+                    whole_layers=[0, 1])  # fmt: skip
+
+
+def test_a_whole_layer_out_of_range_is_refused_before_any_measuring() -> None:
+    class Unmeasurable:
+        name, unit = "never", "loss"
+
+        def measure(self, *args: object) -> None:
+            raise AssertionError("measured before the layers were checked")
+
+    refused = r"whole_layers must be distinct layers in 0\.\.1, got \[2\]"
+    with pytest.raises(ValueError, match=refused):
+        search_plan(tiny_model("llama"), calib(), 0.5, seq_len=32, signal=Unmeasurable(),
+                    whole_layers=[2])  # fmt: skip

@@ -147,7 +147,7 @@ def _search_loaded(
         print(f"calibrating on the shipped mix: {len(text)} blocks of {t} tokens", flush=True)
     plan = search_plan(
         model, text, budget, kv_budget=kv_budget, signal=args.signal, suffix=args.suffix,
-        progress=True, **options,
+        whole_layers=args.whole_layers, progress=True, **options,
     )  # fmt: skip
     full = full_kv_bytes(limits.kv, limits.n_layer, t)
     print_search_summary(plan, limits, full, args.sinks, kv_budget is not None)

@@ -186,13 +186,16 @@ def allocate(
     budget: Budget,
     *,
     floor: int = 0,
+    whole_layers: Sequence[int] = (),
 ) -> Allocation | None:
     """One candidate per unit (module docstring) for costs (L, U, n_w), U units per layer
     (KV heads, or query heads when U = n_head); None when even the all-smallest plan (every
-    unit at the floor) is over the budget.
+    unit at the floor, the whole layers whole) is over the budget.
 
     `floor` (0: none): a window every unit keeps at least; it must be one of the candidates
-    (its cost measured), and the candidates below it are dropped."""
+    (its cost measured), and the candidates below it are dropped. `whole_layers`: layers whose
+    units all keep the largest candidate, which must reach T (full attention); their cost comes
+    off the budget first and the greedy shares the rest among the other layers."""
     cands = check_candidates(candidates)
     values = torch.as_tensor(costs).double()
     if values.ndim != 3:
@@ -215,9 +218,18 @@ def allocate(
         first = cands.index(floor)
     kept = cands[first:]
     units = values[..., first:].reshape(n_layer * n_unit, len(kept)).numpy()
-    chosen = greedy(units, budget.unit_costs(kept, n_unit), budget.cap())
-    if chosen is None:
+    unit_costs = budget.unit_costs(kept, n_unit)
+    whole = _whole_units(whole_layers, n_layer, n_unit, kept[-1], budget.seq_len)
+    chosen = np.full(n_layer * n_unit, len(kept) - 1, dtype=np.int64)
+    rest = ~whole
+    cap = budget.cap() - int(unit_costs[whole, -1].sum())
+    if cap < 0:
         return None
+    if rest.any():
+        picked = greedy(units[rest], unit_costs[rest], cap)
+        if picked is None:
+            return None
+        chosen[rest] = picked
     group = budget.n_head // n_unit
     windows = [
         [kept[chosen[layer * n_unit + h // group]] for h in range(budget.n_head)]
@@ -226,6 +238,35 @@ def allocate(
     rows = np.arange(len(chosen))
     lost = float(units[rows, chosen].sum() / (n_layer * budget.n_head))
     return Allocation([int(i) for i in chosen], windows, lost)
+
+
+def check_whole_layers(layers: Sequence[int], n_layer: int) -> list[int]:
+    """The layers as a list, or ValueError unless they are distinct ints in 0..n_layer - 1."""
+    picked = list(layers)
+    if not all(is_int(layer) and 0 <= layer < n_layer for layer in picked) or len(
+        set(picked)
+    ) != len(picked):  # fmt: skip
+        raise ValueError(
+            f"whole_layers must be distinct layers in 0..{n_layer - 1}, got {layers!r}"
+        )
+    return picked
+
+
+def _whole_units(
+    layers: Sequence[int], n_layer: int, n_unit: int, largest: int, seq_len: int
+) -> np.ndarray:
+    """(L * n_unit,) bool: the units of `layers` (`check_whole_layers`); ValueError too for a
+    largest candidate that is not full attention at T."""
+    picked = check_whole_layers(layers, n_layer)
+    if picked and largest < seq_len:
+        raise ValueError(
+            f"whole layers keep the largest candidate, {largest}, which is not full attention at "
+            f"T = {seq_len}; add a candidate >= {seq_len}"
+        )
+    mask = np.zeros(n_layer * n_unit, dtype=bool)
+    for layer in picked:
+        mask[layer * n_unit : (layer + 1) * n_unit] = True
+    return mask
 
 
 def uniform_window(budget: Budget) -> int | None:

@@ -41,6 +41,7 @@ from aah.controller.allocate import (
     Budget,
     allocate,
     check_candidates,
+    check_whole_layers,
     kv_head_costs,
     uniform_window,
 )
@@ -81,11 +82,14 @@ def plan_from_costs(
     signal: str = "mass",
     unit: str = "mass",
     floor: int = 0,
+    whole_layers: Sequence[int] = (),
 ) -> WindowPlan:
     """One candidate per KV head on costs (L, Hkv, n_w) measured with the budget's sinks
     (`controller.allocate.allocate`), as a plan whose `info` records the search (module
     docstring). `unit` is the costs' (`hf.signals.Signal.unit`): "mass" keeps `lost_mass`,
     "loss" keeps `loss_increase`. `floor`: a candidate window no KV head goes below.
+    `whole_layers`: layers whose KV heads all keep full attention (the largest candidate must
+    reach T), paid for first.
 
     Raises ValueError if the budget is below the all-smallest (or all-floor) plan's cost.
     """
@@ -99,19 +103,21 @@ def plan_from_costs(
         )
     if not isinstance(signal, str) or not signal:
         raise ValueError(f"signal must be a signal's name, got {signal!r}")
-    alloc = allocate(costs, cands, budget, floor=floor)
+    alloc = allocate(costs, cands, budget, floor=floor, whole_layers=whole_layers)
     sink_rows = budget.sink_rows()
     t = budget.seq_len
     if alloc is None:
-        smallest = budget.everywhere(floor or cands[0])
+        smallest = [[cands[-1]] * len(row) if i in whole_layers else row
+                    for i, row in enumerate(budget.everywhere(floor or cands[0]))]  # fmt: skip
         if budget.coverage is not None:
             least = f"coverage {coverage(smallest, t, sink_rows or 0).causal:.4f}"
         else:
             least = f"{plan_kv_bytes(smallest, sink_rows, shape, t)} KV bytes"
         fixes = ["a lower floor"] if floor else ["a smaller candidate window"] * (cands[0] > 1)
-        fixes += ["a larger budget"] + ["fewer sinks"] * bool(budget.sinks)
+        fixes += ["fewer whole layers"] * bool(whole_layers) + ["a larger budget"]
+        fixes += ["fewer sinks"] * bool(budget.sinks)
         fix = ", ".join(fixes[:-1]) + (" or " if len(fixes) > 1 else "") + fixes[-1]
-        what = "floor" if floor else "smallest candidate"
+        what = "smallest plan" if whole_layers else "floor" if floor else "smallest candidate"
         raise ValueError(
             f"budget {budget.coverage if budget.coverage is not None else budget.kv_bytes} is "
             f"below the {what}'s {least} at T={t}; give {fix}"
@@ -131,6 +137,8 @@ def plan_from_costs(
     }
     if floor:
         info["floor"] = floor
+    if whole_layers:
+        info["whole_layers"] = list(whole_layers)
     return WindowPlan.of(alloc.windows, sink_rows, t, **info)
 
 
@@ -239,6 +247,7 @@ def search_plan(
     seq_len: int | None = None,
     candidates: Sequence[int] | None = None,
     floor: float = 0.0,
+    whole_layers: Sequence[int] = (),
     batch_size: int = 1,
     max_batches: int | None = None,
     seed: int = 0,
@@ -275,6 +284,9 @@ def search_plan(
         candidates: ascending windows (default `default_candidates(T)`).
         floor: a share in [0, 1] of the uniform window at the same budget that every KV head
             keeps at least (that window is measured and is a choice; default 0: no floor).
+        whole_layers: layers whose KV heads all keep full attention, paid for out of the
+            budget first (e.g. (0,): SmolLM2-135M's first layer reads the start of the text
+            from every row; docs/pretrained.md); default none.
         progress: a progress bar over the calibration passes (None: when stderr is a
             terminal).
         sample_queries: exact attention rows per head and batch, for the signals that sample
@@ -287,6 +299,7 @@ def search_plan(
         progress = sys.stderr.isatty()
     measured = resolve_signal(signal, sample_queries=sample_queries, suffix=suffix)
     limit = {"budget": budget, "kv_budget": kv_budget, "kv_fraction": kv_fraction}
+    check_whole_layers(whole_layers, layout(model).n_layer)  # before minutes of measuring
     floor_window(search_budget(model, model_positions(model, seq_len), sinks, **limit), floor)
     if calib is None:
         calib = shipped_mix(model, tokenizer, seq_len, max_batches or MIX_BLOCKS)
@@ -308,7 +321,7 @@ def search_plan(
     costs = measured.measure(model, batches, cands, context)
     return plan_from_costs(
         costs, cands, cap, type(model).__name__, signal=measured.name, unit=measured.unit,
-        floor=least,
+        floor=least, whole_layers=whole_layers,
     )  # fmt: skip
 
 
