@@ -20,13 +20,10 @@ and needles.png; the last stdout line is one JSON object.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import hashlib
 import json
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -36,6 +33,9 @@ from aah.integrations.hf.calibration_mix import calibration_blocks
 from experiments.pretrained import corpus, kinds, methods, suite, table
 from experiments.pretrained.cells import CellStore
 from experiments.pretrained.model_files import INSTALL_MODEL, default_model  # noqa: F401
+from experiments.pretrained.planning import all_plans, digest
+from experiments.pretrained.retrieval_report import needle_results
+from experiments.pretrained.scoring import evaluate
 
 DEFAULT_METHODS = "uniform,output,output-shuffled,mass,duo,random"
 
@@ -203,231 +203,6 @@ def check_args(args: argparse.Namespace) -> None:
         args.needle_lengths = []
     else:
         args.needle_lengths = flags.int_list([args.needle_lengths], "--needle-lengths", minimum=16)
-
-
-def candidates(seq_len: int, recent: int) -> list[int]:
-    """T/32 .. T/2 (powers of two) with the 1.5x step between each two, duo's `recent`, and T:
-    a budget between two powers of two can be spent without jumping a whole octave."""
-    from aah.integrations.hf.search import default_candidates
-
-    powers = default_candidates(seq_len)
-    return sorted({*powers, *(w * 3 // 2 for w in powers if w * 3 // 2 < seq_len), recent})
-
-
-def digest(plan: Any, sinks: int) -> str:
-    """A short key of a plan and its sinks: identical plans share their cells."""
-    return hashlib.sha256(json.dumps([plan, sinks]).encode()).hexdigest()[:16]
-
-
-def _bar(total: int, desc: str, off: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="forward", disable=off, dynamic_ncols=True)
-
-
-def measure_signals(
-    model, tokenizer, calib, cands, names, args, store: CellStore
-) -> dict[str, torch.Tensor]:
-    """Each named calibration signal (L, Hq, n_windows), measured once and kept in the store:
-    "mass" and "output" on the calibration blocks, "retrieval" the output signal at the answer
-    rows of retrieval prompts built on them (`hf.retrieval_calib`), "suffix-loss" the loss rise
-    over the last --loss-suffix tokens of the first --loss-blocks blocks (`hf.suffix_loss`),
-    split evenly over each KV head's query heads."""
-    from aah.integrations.hf import layout
-    from aah.integrations.hf.cut_loss import per_query_head
-    from aah.integrations.hf.measure import measure_retrieval, measure_signal
-    from aah.integrations.hf.suffix_loss import measure_suffix_loss_costs
-
-    out = {}
-    for name in names:
-        label = {
-            "retrieval": f"retrieval-{args.retrieval_prompts}",
-            "suffix-loss": f"suffix-loss-{args.loss_suffix}x{args.loss_blocks}",
-        }.get(name, name)  # fmt: skip
-        key = f"signal/{label}/{','.join(map(str, cands))}"
-        if key not in store:
-            t0 = time.time()
-            opts = {"seed": args.seed, "sinks": args.sinks, "progress": not args.no_progress}
-            if name == "retrieval":
-                value = measure_retrieval(model, calib, cands, prompts=args.retrieval_prompts,
-                                          tokenizer=tokenizer, **opts)  # fmt: skip
-            elif name == "suffix-loss":
-                costs = measure_suffix_loss_costs(
-                    model, calib[: args.loss_blocks], cands, suffix=args.loss_suffix,
-                    sinks=args.sinks, progress=not args.no_progress,
-                )  # fmt: skip
-                value = per_query_head(costs, layout(model).n_head)
-            else:
-                value = measure_signal(model, calib, cands, name, **opts)
-            store.put(key, {"value": value.tolist(), "seconds": time.time() - t0})
-        out[name] = torch.tensor(store.get(key)["value"], dtype=torch.float64)
-    return out
-
-
-def aah_plans(model, block, args, store: CellStore) -> dict[str, Any]:
-    """The AAH-v3 decision and its twin on the model's own Q/K/V of one calibration block,
-    made once and kept in the store."""
-    from aah.integrations.hf import probing
-
-    key = "plans/aah-v3"
-    if key not in store:
-        qkv: list[tuple[torch.Tensor, ...]] = []
-
-        def keep(module, q, k, v, scale) -> None:  # the layers run in order
-            qkv.append((q.detach().float(), k.detach().float(), v.detach().float()))
-
-        with probing(model, keep), torch.no_grad():
-            model(input_ids=block.to(next(model.parameters()).device), use_cache=False)
-        store.put(key, methods.aah_v3_plans(qkv, seed=args.seed))
-    return store.get(key)
-
-
-def _under(model: torch.nn.Module, plan: Any, sinks: int) -> Any:
-    """The model running `plan` with `sinks` inside the block (None: as it is, full)."""
-    from aah.integrations.hf import applied
-
-    return contextlib.nullcontext() if plan is None else applied(model, plan, sinks=sinks)
-
-
-def evaluate(model, plans, items, score, kind, args, store: CellStore) -> dict[str, list]:
-    """`score(model, item)` of every item under every distinct plan (digest -> scores), from
-    the store where on file; one progress bar over the items still to run. Each item's score
-    is on file as soon as it is measured (`kind/digest/i`), so a stopped run loses at most one
-    forward; the plan's whole cell follows its last item. `seconds`: this run's share. A whole
-    cell of fewer items than asked (a run asking for more blocks) is extended: its first
-    items are the same ones."""
-
-    def done(key: str) -> bool:
-        whole = store.get(f"{kind}/{key}")
-        return whole is not None and len(whole["scores"]) >= len(items)
-
-    todo = {digest(p, args.sinks): p for p in plans}
-    todo = {k: p for k, p in todo.items() if not done(k)}
-    left = sum(f"{kind}/{k}/{i}" not in store for k in todo for i in range(len(items)))
-    bar = _bar(left, kind, args.no_progress)
-    for key, plan in todo.items():
-        t0 = time.time()
-        with _under(model, plan, args.sinks):
-            for i, item in enumerate(items):
-                if f"{kind}/{key}/{i}" not in store:
-                    store.put(f"{kind}/{key}/{i}", score(model, item))
-                    bar.update(1)
-        scores = [store.get(f"{kind}/{key}/{i}") for i in range(len(items))]
-        store.put(f"{kind}/{key}", {"scores": scores, "seconds": time.time() - t0})
-    bar.close()
-    keys = [digest(p, args.sinks) for p in plans]
-    return {k: store.get(f"{kind}/{k}")["scores"][: len(items)] for k in keys}
-
-
-def all_plans(model, tokenizer, calib, args, store: CellStore) -> tuple[dict, dict]:
-    """Every (method, KV fraction) -> plan, and every KV fraction -> its budget (AAH-v3 adds
-    its own fraction, with `uniform` there to compare against)."""
-    from aah.controller.allocate import Budget
-    from aah.integrations.hf import layout
-    from aah.integrations.hf.model_layout import kv_shape
-
-    lay, shape, t = layout(model), kv_shape(model), args.seq_len
-    cands = candidates(t, args.recent)
-    signals = measure_signals(
-        model, tokenizer, calib, cands, methods.signals_needed(args.methods), args, store
-    )
-    budgets = {
-        f: Budget.at_kv_fraction(f, t, lay.n_layer, lay.n_head, shape, args.sinks)
-        for f in args.kv_fractions
-    }
-    plans = {
-        (m, f): plan
-        for f, budget in budgets.items()
-        for m, plan in methods.build_plans(
-            args.methods, budget, signals, cands, recent=args.recent, seed=args.seed
-        ).items()
-    }
-    if set(methods.AAH_METHODS) & set(args.methods):
-        aah = aah_plans(model, calib[0], args, store)
-        own = next(iter(budgets.values())).fraction_of(aah["aah-v3"])
-        budgets[own] = Budget.at_kv_fraction(own, t, lay.n_layer, lay.n_head, shape, args.sinks)
-        plans[("uniform", own)] = methods.uniform_plan(budgets[own])
-        plans |= {(m, own): p for m, p in aah.items() if m in args.methods}
-    return plans, budgets
-
-
-def needle_results(model, tokenizer, plans, args, store: CellStore) -> tuple[dict, dict, str]:
-    """(method, KV fraction) -> its hits, and -> its (length, depth) grid, for full attention
-    (under ("full", 1.0)) and the --needle-methods; and a Markdown note. The classic grid
-    gives per-needle hits; the design and held-out grids per-condition hits (a condition
-    retrieved when all its needles are), with each method against `uniform` per condition."""
-    from experiments.pretrained import needles, retrieval_grid
-
-    depths = [i / max(1, args.needle_depths - 1) for i in range(args.needle_depths)]
-    vocab = getattr(model.config, "vocab_size", None)
-    probes = None
-    if args.needle_grid == "classic":
-        items = needles.build_needles(tokenizer, args.needle_lengths, depths,
-                                      args.needles_per_cell, seed=args.needle_seed,
-                                      vocab_size=vocab)  # fmt: skip
-        kind = f"needles-{'-'.join(map(str, args.needle_lengths))}-d{args.needle_depths}x"
-        kind += str(args.needles_per_cell)
-        if args.needle_seed != args.seed:  # a fresh grid: its own cells
-            kind += f"-s{args.needle_seed}"
-    else:
-        probes = retrieval_grid.build_probes(
-            tokenizer, args.needle_grid, args.needle_lengths, depths, args.needles_per_cell,
-            seed=args.needle_seed, vocab_size=vocab,
-        )  # fmt: skip
-        items = [p.needle for p in probes]
-        kind = (f"probes-{args.needle_grid}-{'-'.join(map(str, args.needle_lengths))}"
-                f"-d{args.needle_depths}x{args.needles_per_cell}-s{args.needle_seed}")  # fmt: skip
-    probed = [(("full", 1.0), None)]
-    probed += [(k, p) for k, p in plans.items() if k[0] in args.needle_methods]
-    hits = evaluate(model, [p for _, p in probed], items, needles.needle_hit, kind, args, store)
-    got, grids = {}, {}
-    for key, plan in probed:
-        got[key] = hits[digest(plan, args.sinks)]
-        grids[key] = needles.grid_of(items, got[key])
-    if probes is None:
-        return got, grids, ""
-    conds = {k: retrieval_grid.conditions(probes, h) for k, h in got.items()}
-    n = len(conds[("full", 1.0)])
-    lines = [f"\n## Retrieval, {args.needle_grid} grid: {n} conditions ({len(probes)} needles)\n",
-             "Needles columns above count conditions (all needles of a condition retrieved). "
-             "Against the uniform window per condition (McNemar's exact test):\n",
-             "| KV budget | method | conditions | vs uniform (won / lost, p) | uniform blind to |",
-             "|---|---|---|---|---|"]  # fmt: skip
-    for (method, fraction), c in conds.items():
-        base = conds.get(("uniform", fraction))
-        if method in ("full", "uniform") or base is None:
-            continue
-        window = max(max(row) for row in plans[("uniform", fraction)])
-        blind = sum(retrieval_grid.unseen_by(probes, window))
-        won, lost, p = retrieval_grid.compare(c, base)
-        lines.append(f"| {fraction:g} | {method} | {sum(c.values())}/{n} | {won} / {lost}, "
-                     f"p {p:.2g} | {blind} of {len(probes)} needles |")  # fmt: skip
-    lines += _between_plans(conds)
-    return {k: list(c.values()) for k, c in conds.items()}, grids, "\n".join(lines) + "\n"
-
-
-def _between_plans(conds: dict) -> list[str]:
-    """Every pair of searched plans at one budget, per condition (McNemar's exact test, Holm
-    over all the pairs of the table); nothing where a budget has a single searched plan."""
-    from aah.report.comparisons import holm
-    from experiments.pretrained import retrieval_grid
-
-    pairs = [(a, b) for a in conds for b in conds
-             if a[1] == b[1] and a[0] not in ("full", "uniform") and b[0] not in ("full", "uniform")
-             and list(conds).index(a) < list(conds).index(b)]  # fmt: skip
-    if not pairs:
-        return []
-    tests = [retrieval_grid.compare(conds[b], conds[a]) for a, b in pairs]
-    adjusted = holm([p for _, _, p in tests])
-    lines = [
-        "\nBetween the searched plans per condition (McNemar's exact test, Holm over the "
-        f"{len(pairs)} pairs):\n",
-        "| KV budget | method | against | won / lost | p | Holm p |",
-        "|---|---|---|---|---|---|",
-    ]
-    for (a, b), (won, lost, p), q in zip(pairs, tests, adjusted, strict=True):
-        lines.append(f"| {a[1]:g} | {b[0]} | {a[0]} | {won} / {lost} | {p:.2g} | {q:.2g} |")
-    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,7 +74,8 @@ def windows(args: argparse.Namespace) -> None:
     from aah.integrations.hf.measure import blended, measure_retrieval, measure_signal
     from aah.integrations.hf.model_layout import kv_shape
     from experiments.pretrained import corpus, methods
-    from experiments.pretrained.run import candidates, default_model
+    from experiments.pretrained.model_files import default_model
+    from experiments.pretrained.planning import candidates
 
     t0 = time.time()
     model_dir = args.model or default_model()

@@ -185,7 +185,7 @@ def plan_hits(
 ) -> dict[tuple[str, float], list[bool]]:
     """(method, fraction) -> per-needle hits of the bench folder's plans on the exported grid,
     from its cells (full under ("full", 1.0))."""
-    from experiments.pretrained.run import digest as plan_digest
+    from experiments.pretrained.planning import digest as plan_digest
 
     lengths = "-".join(map(str, saved.get("lengths", LENGTHS)))
     per_cell, grid = saved.get("per_cell", PER_CELL), saved.get("grid", "classic")

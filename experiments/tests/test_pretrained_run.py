@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 from hf_models import tiny_model
 
 from aah.integrations.hf import applied
-from experiments.pretrained import corpus, run
+from experiments.pretrained import corpus, scoring
 from experiments.pretrained.cells import CellStore
 from experiments.pretrained.run import main
 
@@ -110,7 +110,7 @@ def test_output_plus_retrieval_measures_at_the_answer_rows_and_a_new_needle_seed
 ) -> None:
     from aah.integrations.hf.measure import measure_signal
     from aah.integrations.hf.retrieval_calib import retrieval_prompts
-    from experiments.pretrained.run import candidates
+    from experiments.pretrained.planning import candidates
 
     out, t = tmp_path / "out", 128
     args = ["--model", str(model_dir), "--out", str(out), "--seq-len", str(t),
@@ -158,7 +158,7 @@ def test_a_stopped_evaluation_resumes_at_the_item_it_stopped_on(tmp_path, monkey
     import argparse
     import contextlib
 
-    monkeypatch.setattr(run, "_under", lambda model, plan, sinks: contextlib.nullcontext())
+    monkeypatch.setattr(scoring, "_under", lambda model, plan, sinks: contextlib.nullcontext())
     args = argparse.Namespace(sinks=4, no_progress=True)
     plans, items = [None, [[8, 16]]], [1.0, 2.0, 3.0, 4.0]
     calls: list[tuple[float, int]] = []
@@ -171,9 +171,9 @@ def test_a_stopped_evaluation_resumes_at_the_item_it_stopped_on(tmp_path, monkey
 
     store = CellStore(tmp_path / "cells.jsonl", {"s": 1})
     with pytest.raises(KeyboardInterrupt):
-        run.evaluate(None, plans, items, lambda m, i: score(m, i, 6), "loss", args, store)
+        scoring.evaluate(None, plans, items, lambda m, i: score(m, i, 6), "loss", args, store)
     assert calls == [1.0, 2.0, 3.0, 4.0, 1.0, 2.0]  # the first plan whole, two of the second
     store = CellStore(tmp_path / "cells.jsonl", {"s": 1})  # a new process reads the file
-    got = run.evaluate(None, plans, items, score, "loss", args, store)
+    got = scoring.evaluate(None, plans, items, score, "loss", args, store)
     assert calls[6:] == [3.0, 4.0]  # only what was left
     assert list(got.values()) == [[10.0, 20.0, 30.0, 40.0]] * 2
