@@ -16,7 +16,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from aah.report.comparisons import holm
-from aah.report.stats import Estimate, estimate, sign_flip_p
+from aah.report.stats import Estimate, estimate
 from experiments.pretrained.clusters import clustered_estimate
 
 Losses = Mapping[tuple[str, float], Sequence[float]]  # (method, KV fraction) -> per block
@@ -53,9 +53,20 @@ def needle_change(full: Sequence[bool], plan: Sequence[bool]) -> tuple[int, int,
     and the exact two-sided sign test over those discordant needles (1 when there are none)."""
     if len(full) != len(plan):
         raise ValueError(f"{len(full)} and {len(plan)} needles cannot be paired")
-    diffs = [int(a) - int(b) for a, b in zip(full, plan, strict=True) if bool(a) != bool(b)]
-    lost = sum(d > 0 for d in diffs)
-    return lost, len(diffs) - lost, sign_flip_p(diffs) if diffs else 1.0
+    lost = sum(bool(a) and not bool(b) for a, b in zip(full, plan, strict=True))
+    gained = sum(bool(b) and not bool(a) for a, b in zip(full, plan, strict=True))
+    return lost, gained, sign_test_p(lost, gained)
+
+
+def sign_test_p(a: int, b: int) -> float:
+    """The exact two-sided sign test of `a` discordant pairs one way and `b` the other (McNemar's
+    exact test): twice the binomial(a + b, 1/2) tail at min(a, b), at most 1; 1 for none. Exact
+    at any count (the sign-flip permutation test samples beyond 16 values)."""
+    n = a + b
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(a, b) + 1))
+    return min(1.0, 2 * tail / 2**n)
 
 
 def rows(

@@ -310,6 +310,17 @@ def condition_table(
             holm_p = f"{adjusted[i]:.3g}"
         lines.append(f"| {f:g} | {method} | {kind} | {sum(got.values())}/{n} | "
                      f"{lost} / {gained}, p {p:.3g} | {vs} | {holm_p} |")  # fmt: skip
+    searched = [r for r in ordered if r[3] != PEER and r[0] not in ("output", "uniform")]
+    if searched:
+        lines += ["", "Every other searched plan against every press of its budget (McNemar's "
+                  "exact test; reported, not tested):", "",
+                  "| KV budget | plan | press | the plan only / the press only | p |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        for method, f, hits, _ in searched:
+            for press, g, press_hits, _ in (r for r in ordered if r[3] == PEER and r[1] == f):
+                only_plan, only_press, q = compare(per_condition(hits), per_condition(press_hits))
+                lines.append(f"| {g:g} | {method} | {press} | {only_plan} / {only_press} | "
+                             f"{q:.3g} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

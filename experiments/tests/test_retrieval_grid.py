@@ -4,8 +4,6 @@ conditions counted with all replicates, and McNemar against a brute-force binomi
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from aah.integrations.hf.data import encode
@@ -85,11 +83,18 @@ def test_a_condition_is_retrieved_when_all_its_needles_are() -> None:
 
 
 def binomial_p(a: int, b: int) -> float:
-    n, k = a + b, min(a, b)
-    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n) if n else 1.0
+    """By definition: the probability, under binomial(n, 1/2) built by Pascal's rule, of every
+    outcome at least as far from n / 2 as the one seen."""
+    n = a + b
+    probs = [1.0]
+    for _ in range(n):
+        probs = [(x + y) / 2 for x, y in zip([0.0, *probs], [*probs, 0.0], strict=True)]
+    return min(1.0, sum(q for k, q in enumerate(probs) if abs(2 * k - n) >= abs(a - b)))
 
 
-@pytest.mark.parametrize(("a_only", "b_only"), [(6, 1), (3, 0), (0, 0), (5, 5), (9, 2)])
+@pytest.mark.parametrize(
+    ("a_only", "b_only"), [(6, 1), (3, 0), (0, 0), (5, 5), (9, 2), (19, 1), (21, 0), (32, 3)]
+)
 def test_mcnemar_per_condition_matches_the_exact_binomial(a_only: int, b_only: int) -> None:
     keys = [("k", "f", "w", 1, float(i)) for i in range(a_only + b_only + 4)]
     a = {k: i < a_only or i >= a_only + b_only + 2 for i, k in enumerate(keys)}

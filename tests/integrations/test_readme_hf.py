@@ -59,3 +59,24 @@ def test_the_readme_hf_example_runs(tmp_path, capsys) -> None:
     from aah.integrations import hf
 
     assert hf.current_plan(model) == plan.windows  # generate ran with the plan applied
+
+
+def test_the_readme_retrieval_recipe_runs_with_the_first_layer_whole(tmp_path) -> None:
+    section = README.read_text(encoding="utf-8").split("### On a pretrained model", 1)[1]
+    code = section.split("```python", 1)[1].split("```", 1)[0]
+    assert "whole_layers=[0]" in code and "seq_len=4096" in code and "kv_fraction=0.3" in code
+    path = tmp_path / "tiny.gguf"
+    write_gguf(tiny_model("llama", seed=1), path)
+    import aah.hf
+    from aah.integrations.hf.load import tie_tokenizer
+
+    model, _ = aah.hf.load_model(str(path))
+    tie_tokenizer(model, ByteTokenizer())  # what load_model ties to a model that ships one
+    scope: dict = {"aah": aah, "model": model}
+    # the tiny model has 128 positions and 2 layers: one whole layer is half its cache
+    code = code.replace("seq_len=4096", "seq_len=128").replace("kv_fraction=0.3", "kv_fraction=0.7")
+    exec(compile(code, str(README), "exec"), scope)
+    plan = scope["plan"]
+    assert plan.info["signal"] == "output+retrieval" and plan.info["whole_layers"] == [0]
+    assert plan.windows[0] == [128] * len(plan.windows[0]) and plan.seq_len == 128
+    assert any(w < 128 for row in plan.windows[1:] for w in row)

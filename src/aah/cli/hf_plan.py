@@ -125,7 +125,8 @@ def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--whole-layers", type=_ints, default=[], metavar="L,L",
         help="layers whose KV heads all keep full attention, paid for out of the budget first "
-        "(e.g. 0: on SmolLM2-135M the first layer carries the start of the text to every row)",
+        "(e.g. 0 with --signal output+retrieval: on SmolLM2-135M facts stated at the very start "
+        "of a long prompt come back)",
     )  # fmt: skip
     parser.add_argument("--sample-queries", type=int, default=64, help="exact rows per head, batch")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampled query rows")

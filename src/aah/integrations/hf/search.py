@@ -285,8 +285,8 @@ def search_plan(
         floor: a share in [0, 1] of the uniform window at the same budget that every KV head
             keeps at least (that window is measured and is a choice; default 0: no floor).
         whole_layers: layers whose KV heads all keep full attention, paid for out of the
-            budget first (e.g. (0,): SmolLM2-135M's first layer reads the start of the text
-            from every row; docs/pretrained.md); default none.
+            budget first (e.g. [0] with "output+retrieval": on SmolLM2-135M facts stated at
+            the very start of a long prompt come back; docs/pretrained.md); default none.
         progress: a progress bar over the calibration passes (None: when stderr is a
             terminal).
         sample_queries: exact attention rows per head and batch, for the signals that sample
