@@ -237,3 +237,7 @@ def test_a_whole_layer_out_of_range_is_refused_before_any_measuring() -> None:
     with pytest.raises(ValueError, match=refused):
         search_plan(tiny_model("llama"), calib(), 0.5, seq_len=32, signal=Unmeasurable(),
                     whole_layers=[2])  # fmt: skip
+
+    with pytest.raises(ValueError, match="largest candidate, 16, which is not full attention"):
+        search_plan(tiny_model("llama"), calib(), 0.5, seq_len=32, signal=Unmeasurable(),
+                    candidates=[4, 8, 16], whole_layers=[0])  # fmt: skip

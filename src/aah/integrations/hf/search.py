@@ -317,6 +317,11 @@ def search_plan(
     least = floor_window(cap, floor)
     if least and least not in cands:
         cands = sorted([*cands, least])
+    if whole_layers and cands[-1] < t:  # before minutes of measuring, as the layers above
+        raise ValueError(
+            f"whole layers keep the largest candidate, {cands[-1]}, which is not full attention "
+            f"at T = {t}; add a candidate >= {t}"
+        )
     context = SearchContext(sinks, seed, progress, tokenizer, seq_len=t)
     costs = measured.measure(model, batches, cands, context)
     return plan_from_costs(
