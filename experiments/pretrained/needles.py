@@ -165,6 +165,13 @@ def needle_hit(model: torch.nn.Module, needle: Needle) -> bool:
     both). One forward instead of a prefill plus len(answer) decode steps; floating-point
     differences between cached and uncached attention can flip only exact near-ties.
     """
+    logits, answer = answer_logits(model, needle)
+    return bool((logits.argmax(dim=-1) == answer).all())
+
+
+def answer_logits(model: torch.nn.Module, needle: Needle) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the logits that predict each answer token (n, vocab), the answer's ids (n,)) from one
+    teacher-forced forward over prompt + answer, no KV cache, no gradients."""
     device = next(model.parameters()).device
     ids = torch.tensor([needle.prompt + needle.answer], dtype=torch.long, device=device)
     n = len(needle.answer)
@@ -175,8 +182,7 @@ def needle_hit(model: torch.nn.Module, needle: Needle) -> bool:
         kwargs["logits_to_keep"] = n + 1
     with torch.no_grad():
         logits = model(input_ids=ids, use_cache=False, **kwargs).logits[0]
-    predicted = logits[-(n + 1) : -1].argmax(dim=-1)  # position p predicts token p + 1
-    return bool((predicted == ids[0, -n:]).all())
+    return logits[-(n + 1) : -1], ids[0, -n:]  # position p predicts token p + 1
 
 
 def grid_of(needles: Sequence[Needle], hits: Sequence[bool]) -> dict[tuple[int, float], float]:

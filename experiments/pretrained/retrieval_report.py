@@ -4,6 +4,8 @@ plans)."""
 
 from __future__ import annotations
 
+import itertools
+
 from experiments.pretrained.cells import CellStore
 from experiments.pretrained.planning import digest
 from experiments.pretrained.scoring import evaluate
@@ -70,9 +72,8 @@ def _between_plans(conds: dict) -> list[str]:
     from aah.report.comparisons import holm
     from experiments.pretrained import retrieval_grid
 
-    pairs = [(a, b) for a in conds for b in conds
-             if a[1] == b[1] and a[0] not in ("full", "uniform") and b[0] not in ("full", "uniform")
-             and list(conds).index(a) < list(conds).index(b)]  # fmt: skip
+    searched = [key for key in conds if key[0] not in ("full", "uniform")]
+    pairs = [(a, b) for a, b in itertools.combinations(searched, 2) if a[1] == b[1]]
     if not pairs:
         return []
     tests = [retrieval_grid.compare(conds[b], conds[a]) for a, b in pairs]

@@ -41,15 +41,13 @@ ROWS: tuple[tuple[str, str, tuple[int, ...] | None], ...] = (
 
 
 def score(model: torch.nn.Module, needle: Any) -> tuple[bool, float]:
-    """(retrieved, the answer's log-probability) in one teacher-forced forward."""
-    ids = torch.tensor([needle.prompt + needle.answer])
-    n = len(needle.answer)
-    with torch.no_grad():
-        logits = model(input_ids=ids, use_cache=False, logits_to_keep=n + 1).logits[0, :-1]
-    logp = torch.log_softmax(logits.float(), -1)
-    target = ids[0, -n:]
-    hit = bool((logits.argmax(-1) == target).all())
-    return hit, float(logp.gather(1, target[:, None]).sum())
+    """(retrieved as `needles.needle_hit` decides it, the answer's log-probability), from one
+    teacher-forced forward."""
+    from experiments.pretrained.needles import answer_logits
+
+    logits, answer = answer_logits(model, needle)
+    logp = torch.log_softmax(logits.float(), -1).gather(1, answer[:, None]).sum()
+    return bool((logits.argmax(-1) == answer).all()), float(logp)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -240,8 +240,11 @@ def allocate(
     return Allocation([int(i) for i in chosen], windows, lost)
 
 
-def check_whole_layers(layers: Sequence[int], n_layer: int) -> list[int]:
-    """The layers as a list, or ValueError unless they are distinct ints in 0..n_layer - 1."""
+def check_whole_layers(
+    layers: Sequence[int], n_layer: int, largest: int, seq_len: int
+) -> list[int]:
+    """The layers as a list, or ValueError unless they are distinct ints in 0..n_layer - 1 and
+    (when there are any) the largest candidate window is full attention at T."""
     picked = list(layers)
     if not all(is_int(layer) and 0 <= layer < n_layer for layer in picked) or len(
         set(picked)
@@ -249,20 +252,19 @@ def check_whole_layers(layers: Sequence[int], n_layer: int) -> list[int]:
         raise ValueError(
             f"whole_layers must be distinct layers in 0..{n_layer - 1}, got {layers!r}"
         )
+    if picked and largest < seq_len:
+        raise ValueError(
+            f"whole layers keep the largest candidate, {largest}, which is not full attention at "
+            f"T = {seq_len}; add a candidate >= {seq_len}"
+        )
     return picked
 
 
 def _whole_units(
     layers: Sequence[int], n_layer: int, n_unit: int, largest: int, seq_len: int
 ) -> np.ndarray:
-    """(L * n_unit,) bool: the units of `layers` (`check_whole_layers`); ValueError too for a
-    largest candidate that is not full attention at T."""
-    picked = check_whole_layers(layers, n_layer)
-    if picked and largest < seq_len:
-        raise ValueError(
-            f"whole layers keep the largest candidate, {largest}, which is not full attention at "
-            f"T = {seq_len}; add a candidate >= {seq_len}"
-        )
+    """(L * n_unit,) bool: the units of `layers` (`check_whole_layers`)."""
+    picked = check_whole_layers(layers, n_layer, largest, seq_len)
     mask = np.zeros(n_layer * n_unit, dtype=bool)
     for layer in picked:
         mask[layer * n_unit : (layer + 1) * n_unit] = True

@@ -299,7 +299,6 @@ def search_plan(
         progress = sys.stderr.isatty()
     measured = resolve_signal(signal, sample_queries=sample_queries, suffix=suffix)
     limit = {"budget": budget, "kv_budget": kv_budget, "kv_fraction": kv_fraction}
-    check_whole_layers(whole_layers, layout(model).n_layer)  # before minutes of measuring
     floor_window(search_budget(model, model_positions(model, seq_len), sinks, **limit), floor)
     if calib is None:
         calib = shipped_mix(model, tokenizer, seq_len, max_batches or MIX_BLOCKS)
@@ -317,11 +316,7 @@ def search_plan(
     least = floor_window(cap, floor)
     if least and least not in cands:
         cands = sorted([*cands, least])
-    if whole_layers and cands[-1] < t:  # before minutes of measuring, as the layers above
-        raise ValueError(
-            f"whole layers keep the largest candidate, {cands[-1]}, which is not full attention "
-            f"at T = {t}; add a candidate >= {t}"
-        )
+    check_whole_layers(whole_layers, layout(model).n_layer, cands[-1], t)  # before measuring
     context = SearchContext(sinks, seed, progress, tokenizer, seq_len=t)
     costs = measured.measure(model, batches, cands, context)
     return plan_from_costs(
