@@ -1,11 +1,12 @@
 """The Holm families of a suite report, declared once, and the verdict rule.
 
-Every p-value the report adjusts belongs to exactly one family declared here (`FAMILIES`),
-before any number is computed: a family names the question it asks (which pairs), the metric
-it tests, the test, and the date it was declared. `evidence` computes each comparison once,
-Holm-corrects it within its family, and every table and finding of the report reads that same
-`Comparison`, so one comparison (regime pair, metric) never shows two adjusted p-values. A pair
-that an earlier family already tests on the same metric is not tested again by a later one.
+Every p-value the report adjusts belongs to exactly one family declared here (`FAMILIES`, to
+which a caller of `build_suite_report` may add its own), before any number is computed: a
+family names the question it asks (which pairs), the metric it tests, the test, and the date
+it was declared. `evidence` computes each comparison once, Holm-corrects it within its family,
+and every table and finding of the report reads that same `Comparison`, so one comparison
+(regime pair, metric) never shows two adjusted p-values. A pair that an earlier family already
+tests on the same metric is not tested again by a later one.
 
 A declared family is never edited: a family that must change (other pairs, another metric or
 test) is a new family with a new name and date, and REPORT.md prints the name and date beside
@@ -27,7 +28,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from aah.report import stats
-from aah.report.suite_data import AAH_PREFIX, BASELINE, Suite
+from aah.report.suite_data import BASELINE, Suite
 
 ALPHA = 0.05
 MIN_SEEDS = 5
@@ -117,27 +118,12 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 Pairs = list[tuple[str, str]]
 
 
-def aah_regimes(regimes: Sequence[str]) -> list[str]:
-    """The AAH-v3 controllers among `regimes`: a replay twin carries the prefix but replays
-    logged plans, so it is a control, not AAH-v3."""
-    return [r for r in regimes if r.startswith(AAH_PREFIX) and not r.endswith(TWIN_SUFFIXES)]
-
-
 def _against_full(regimes: Sequence[str]) -> Pairs:
     return [(r, BASELINE) for r in regimes if r != BASELINE] if BASELINE in regimes else []
 
 
 def _matched(regimes: Sequence[str]) -> Pairs:
     return [(r, c) for r, c in MATCHED if r in regimes and c in regimes]
-
-
-#: the simple controls of the paper's second finding
-PAPER_CONTROLS = ("fixed", "random")
-
-
-def _aah_vs_controls(regimes: Sequence[str]) -> Pairs:
-    controls = [c for c in PAPER_CONTROLS if c in regimes]
-    return [(r, c) for r in aah_regimes(regimes) for c in controls]
 
 
 @dataclass(frozen=True)
@@ -187,12 +173,6 @@ MATCHED_BPB = Family(
     "matched/val_bpb", DECLARED, "the matched pairs (a regime against the control that "
     "differs from it in one respect)", "val_bpb", "t", _matched,
 )  # fmt: skip
-#: (c) the paper's second finding: each AAH-v3 regime against fixed and random. Its pairs
-#: against `random` are matched pairs, tested once in (b); what is left is AAH vs fixed.
-PAPER_CONTROLS_BPB = Family(
-    "paper-controls/val_bpb", DECLARED, "each AAH-v3 regime against `fixed` and `random` "
-    "(a pair already in an earlier family is tested there)", "val_bpb", "t", _aah_vs_controls,
-)  # fmt: skip
 #: (a) and (b) on a generated task's far-bucket accuracy, with the exact sign-flip test.
 AGAINST_FULL_ACC = Family(
     "against-full/val_acc_far", DECLARED, "every regime against `full`", "val_acc_far",
@@ -204,9 +184,7 @@ MATCHED_ACC = Family(
 )  # fmt: skip
 #: Every family of the report, in the order that decides which family tests a pair two
 #: questions share (the first one).
-FAMILIES: tuple[Family, ...] = (
-    AGAINST_FULL, MATCHED_BPB, PAPER_CONTROLS_BPB, AGAINST_FULL_ACC, MATCHED_ACC,
-)  # fmt: skip
+FAMILIES: tuple[Family, ...] = (AGAINST_FULL, MATCHED_BPB, AGAINST_FULL_ACC, MATCHED_ACC)
 
 
 @dataclass(frozen=True)

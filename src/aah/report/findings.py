@@ -1,35 +1,18 @@
-"""What holds at this scale: each regime against full, and the paper's findings checked one by
-one. Sentences only classify what the comparisons show, and every comparison they cite is the
-one of the report's tables (comparisons.evidence: one family, one adjusted p per pair)."""
+"""What holds at this scale: each regime against full, regimes that trained the same model, and
+the caveats of a suite. Sentences only classify what the comparisons show, and every comparison
+they cite is the one of the report's tables (comparisons.evidence: one family, one adjusted p
+per pair)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from aah.report import comparisons, stats
-from aah.report.markdown import ci_text, fmt, p_text, seeds_text, threads_text
+from aah.report.markdown import ci_text, p_text, seeds_text, threads_text
 from aah.report.suite_data import BASELINE, Suite
 
 
-def _status(comp: comparisons.Comparison, yes_if_lower: bool) -> str:
-    """'yes' / 'no' when the comparison is decided lower / higher (swapped if not
-    yes_if_lower), '?' when it is undecided (see comparisons.py)."""
-    if comp.verdict == "undecided":
-        return "?"
-    return "yes" if (comp.verdict == "lower") == yes_if_lower else "no"
-
-
-def _overall(statuses: list[str], n: int) -> str:
-    """holds if every comparison supports the claim, does not hold if any contradicts it."""
-    if any(s == "no" for s in statuses):
-        return "does not hold"
-    if statuses and all(s == "yes" for s in statuses):
-        return "holds"
-    return f"undecided at {seeds_text(n)}"
-
-
-def _ratio_text(ratios: dict[int, float]) -> tuple[str, stats.Estimate]:
+def ratio_text(ratios: dict[int, float]) -> tuple[str, stats.Estimate]:
     """'0.93× (95% CI [...]; per seed ...)' and the estimate of ratio - 1."""
     e = stats.estimate([r - 1.0 for r in ratios.values()])
     ci = "n/a" if math.isnan(e.ci[0]) else f"[{1 + e.ci[0]:.2f}, {1 + e.ci[1]:.2f}]"
@@ -59,137 +42,10 @@ def _regime_sentence(comp: comparisons.Comparison, ratios: dict[int, float]) -> 
     )
     if ratios:
         sentence += (
-            f" Logged training speed {_ratio_text(ratios)[0]} of full's tokens/s (cells timed "
+            f" Logged training speed {ratio_text(ratios)[0]} of full's tokens/s (cells timed "
             "one by one: not a speed measurement)."
         )
     return sentence
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One of the paper's findings checked on a suite: its verdict ("holds", "does not hold",
-    "undecided at N seeds", "not testable", "not measured by this suite"), the comparisons it
-    rests on (`comps`: the report's own, one adjusted p each) and the sentences showing them."""
-
-    number: int
-    text: str
-    verdict: str
-    details: tuple[str, ...]
-    rule: str
-    comps: tuple[comparisons.Comparison, ...] = ()
-
-    def render(self) -> str:
-        details = "; ".join(self.details)
-        return f"{self.number}. *{self.text}* — **{self.verdict}**. {details}. Rule: {self.rule}."
-
-
-def _claim(
-    number: int, claim: str, verdict: str, details: list[str], rule: str,
-    comps: list[comparisons.Comparison] | None = None,
-) -> Claim:  # fmt: skip
-    return Claim(number, claim, verdict, tuple(details), rule, tuple(comps or ()))
-
-
-def _cite(c: comparisons.Comparison, name_family: bool = False) -> str:
-    """'(Holm p 0.071, undecided)', naming the comparison's family when asked."""
-    where = f" in `{c.family.name}`" if name_family and c.family is not None else ""
-    return f"(Holm p {p_text(c.holm_p)}{where}, {c.verdict})"
-
-
-def _claim_local(suite: Suite, local: list[str], evidence: comparisons.Evidence) -> Claim:
-    text = "local windows (fixed, random, AAH regimes) matched or beat full in val loss"
-    declared = comparisons.AGAINST_FULL
-    rule = (
-        "holds if every one is decided lower than full, does not hold if any is decided "
-        f"higher, else undecided; each is its comparison in {declared.label}: Holm over "
-        f"every regime against full, >= {comparisons.MIN_SEEDS} seeds, on val_bpb (= val_loss "
-        "/ ln 2, the same test)"
-    )
-    if not suite.has_baseline:
-        return _claim(1, text, "not testable", ["Needs `full` and a local regime"], rule)
-    comps = [
-        c
-        for r in local
-        if (c := evidence.get(r, BASELINE, declared.metric)) is not None and c.pair.n
-    ]
-    if not comps:
-        return _claim(1, text, "not testable", ["Needs `full` and a local regime"], rule)
-    statuses = [_status(c, True) for c in comps]
-    details = [
-        f"`{c.pair.regime}` {fmt(c.pair.estimate.mean, '+.4f')} {ci_text(c.pair.estimate.ci)} "
-        f"{_cite(c)}"
-        for c in comps
-    ]
-    details[0] = "Δ val_bpb vs full, mean [95% CI]: " + details[0]
-    verdict = _overall(statuses, min(c.pair.n for c in comps))
-    return _claim(1, text, verdict, details, rule, comps)
-
-
-def _claim_controls(suite: Suite, aah: list[str], evidence: comparisons.Evidence) -> Claim:
-    text = "simple fixed/random controls were about as good as the adaptive hierarchy"
-    metric = comparisons.PAPER_CONTROLS_BPB.metric
-    rule = (
-        "every AAH regime against each control (fixed, random), paired on seed, each pair's "
-        f"comparison from the family that tests it (AAH vs random: {comparisons.MATCHED_BPB.label}"
-        f"; AAH vs fixed: {comparisons.PAPER_CONTROLS_BPB.label}), "
-        f">= {comparisons.MIN_SEEDS} seeds; does not hold if any AAH regime is decided lower "
-        "than a control; otherwise undecided (equivalence is not tested)"
-    )
-    controls = [r for r in comparisons.PAPER_CONTROLS if r in suite.regimes]
-    if not aah or not controls:
-        needs = ["Needs an aah-v3-* regime and fixed or random"]
-        return _claim(2, text, "not testable", needs, rule)
-    comps = [
-        c
-        for regime in aah
-        for control in controls
-        if (c := evidence.get(regime, control, metric)) is not None and c.pair.n
-    ]
-    if not comps:
-        return _claim(2, text, "not testable", ["No AAH regime shares a seed with a control"], rule)
-    details = ["Δ val_bpb (AAH − control) mean [95% CI]"] + [
-        f"`{c.pair.regime}` vs `{c.pair.baseline}` {fmt(c.pair.estimate.mean, '+.4f')} "
-        f"{ci_text(c.pair.estimate.ci)} {_cite(c, name_family=True)}"
-        for c in comps
-    ]
-    contradicted = any(c.verdict == "lower" for c in comps)
-    n = min(c.pair.n for c in comps)
-    verdict = "does not hold" if contradicted else f"undecided at {seeds_text(n)}"
-    return _claim(2, text, verdict, details, rule, comps)
-
-
-def _claim_speed(aah: list[str], ratios: dict[str, dict[int, float]]) -> Claim:
-    """Not decided from the suite: its cells are timed one after another (or beside other
-    cells) on a shared machine, so their tokens/s differ by load as much as by attention work.
-    A speed verdict needs timings taken side by side in one process (A B A B), which
-    `aah bench` does; the cells' ratios are listed as what they are."""
-    text = "the paper's AAH ran slower than full attention"
-    rule = (
-        "speed is decided only from timings taken side by side in one process (A B A B: "
-        "`aah bench`), never from suite cells timed one by one on a shared machine"
-    )
-    speeds = [(r, ratios[r]) for r in aah if ratios.get(r)]
-    if not speeds:
-        return _claim(3, text, "not testable", ["Needs `full` and an aah-v3-* regime"], rule)
-    details = [
-        f"cell timings, not a measurement: `{regime}` logged {_ratio_text(per_seed)[0]} of "
-        "full's tokens/s"
-        for regime, per_seed in speeds
-    ]
-    return _claim(3, text, "not measured by this suite", details, rule)
-
-
-def claims(
-    suite: Suite, ratios: dict[str, dict[int, float]], evidence: comparisons.Evidence
-) -> list[Claim]:
-    """The paper's findings (as the paper reports them), each checked against this suite."""
-    aah = comparisons.aah_regimes(suite.regimes)  # replay twins are controls, not AAH-v3
-    local = [r for r in suite.regimes if r in comparisons.PAPER_CONTROLS] + aah
-    return [
-        _claim_local(suite, local, evidence),
-        _claim_controls(suite, aah, evidence),
-        _claim_speed(aah, ratios),
-    ]
 
 
 def findings(
@@ -225,8 +81,7 @@ def findings(
             "without at least "
             f"{comparisons.MIN_SEEDS} seeds.",
         ]
-    lines += ["", "The paper's findings (as the paper reports them), checked on this suite:", ""]
-    return [*lines, *(c.render() for c in claims(suite, ratios, evidence)), ""]
+    return [*lines, ""]
 
 
 def identical_regimes(suite: Suite) -> list[list[str]]:
@@ -274,10 +129,6 @@ def caveats(suite: Suite) -> list[str]:
         "timings (train tok/s, wall s, train_s, so the speed ratios and the equal-time "
         "comparison) came from a shared machine with other runs alongside "
         f"({threads_text(train.get('threads', 0))} per cell)"
-    )
-    text.append(
-        "the paper's numbers come from a 1B-parameter model at T = 4096, so the checks "
-        "above compare directions, not magnitudes"
     )
     paragraph = "; ".join(text)
     return ["### Caveats", "", paragraph[0].upper() + paragraph[1:] + ".", ""]

@@ -10,6 +10,7 @@ what the statistics show (95% CIs over seeds, paired on seed), nothing beyond th
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from aah import records
@@ -259,7 +260,14 @@ def _windows_vary(plans: list[Record], seq_len: int) -> bool:
     return any(int(w) < seq_len for p in plans for row in p["windows"] for w in row)
 
 
-def _suite_section(suite: Suite, out_dir: Path) -> list[str]:
+#: A section a caller adds to each suite's report, after "What holds at this scale": it gets
+#: the suite, each regime's per-seed speed ratios to full and every comparison of the report.
+Section = Callable[[Suite, dict[str, dict[int, float]], comparisons.Evidence], list[str]]
+
+
+def _suite_section(
+    suite: Suite, out_dir: Path, families: Sequence[comparisons.Family], extra: Sequence[Section]
+) -> list[str]:
     lines = [f"## Suite `{suite.name}`", ""]
     if not suite.rows:
         lines.append(f"No finished cells yet (`{suite.name}.csv` has no rows).")
@@ -274,7 +282,7 @@ def _suite_section(suite: Suite, out_dir: Path) -> list[str]:
         lines += baseline_lines(suite_baselines(suite.config))
     if suite.has_baseline:
         lines += context_use_section(suite)
-    evidence = comparisons.evidence(suite)  # every comparison of this suite, computed once
+    evidence = comparisons.evidence(suite, families)  # every comparison, computed once
     lines += ["### Paired against full (per seed)", ""]
     if suite.regimes == [BASELINE]:
         lines += ["Only `full` in this suite: nothing to pair it with.", ""]
@@ -301,12 +309,26 @@ def _suite_section(suite: Suite, out_dir: Path) -> list[str]:
     lines += ["### Figures", ""]
     for name, caption in _figures(suite, eq, out_dir):
         lines += [f"![{caption}]({name})", ""]
-    return lines + findings(suite, ratios, evidence) + caveats(suite)
+    lines += findings(suite, ratios, evidence)
+    for section in extra:
+        lines += section(suite, ratios, evidence)
+    return lines + caveats(suite)
 
 
-def build_suite_report(results_dir: Path, out_dir: Path | None = None) -> Path:
+def build_suite_report(
+    results_dir: Path,
+    out_dir: Path | None = None,
+    *,
+    families: Sequence[comparisons.Family] = comparisons.FAMILIES,
+    extra_sections: Sequence[Section] = (),
+    command: str = "aah report",
+) -> Path:
     """Write REPORT.md and its figures for every `<suite>.csv` of `results_dir` into
-    `out_dir` (default results_dir itself). Returns the path of REPORT.md."""
+    `out_dir` (default results_dir itself). Returns the path of REPORT.md.
+
+    `families` are the Holm families the report tests (each declared before any number is
+    computed; comparisons.py); `extra_sections` are added to each suite after its verdicts,
+    and `command` is how the report names the command that regenerates it."""
     results_dir = Path(results_dir)
     csvs = sorted(results_dir.glob("*.csv")) if results_dir.is_dir() else []
     if not csvs:
@@ -321,12 +343,12 @@ def build_suite_report(results_dir: Path, out_dir: Path | None = None) -> Path:
         f"Suites found in `{results_dir}`: {found}. Each suite trains every regime on the same "
         "seeds; `full` (dense causal attention) is the baseline, and comparisons pair cells "
         "on seed. All numbers below are computed from the results CSVs and run directories; "
-        f"regenerate with: `aah report {results_dir}`.",
+        f"regenerate with: `{command} {results_dir}`.",
         "",
         *provenance.suite_lines(c.path for s in suites for c in s.cells),
     ]
     for suite in suites:
-        lines += _suite_section(suite, out_dir)
+        lines += _suite_section(suite, out_dir, families, extra_sections)
     terms = glossary.definitions([*COLUMNS, *TASK_COLUMNS])  # the results CSV's columns
     lines += ["## Definitions", "", *terms, ""]
     path = out_dir / REPORT

@@ -16,7 +16,6 @@ from aah.sweep.results import read_csv
 from aah.sweep.runner import CELL
 
 BASELINE = "full"
-AAH_PREFIX = "aah-v3-"
 Record = dict[str, Any]
 
 
