@@ -9,7 +9,7 @@ from variant_oracle import allowed_by_loops, explicit_attention, qkv, t5_bucket_
 from aah.attention import windowed_attention
 from aah.attention.variants import make_variant
 from aah.attention.variants.connectivity import block_sparse_mask, global_tokens_mask
-from aah.attention.variants.positions import alibi_slopes
+from aah.attention.variants.score_bias import alibi_slopes
 
 D = 8
 

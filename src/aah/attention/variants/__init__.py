@@ -18,7 +18,7 @@ learned / none act outside attention and compose with all; alibi / relative are 
 
 from aah.attention.variants.base import Variant
 from aah.attention.variants.factory import VARIANTS, available, kv_sharing, make_variant
-from aah.attention.variants.positions import ALiBi, RelativeBias, make_score_bias
+from aah.attention.variants.score_bias import ALiBi, RelativeBias, make_score_bias
 
 __all__ = [
     "VARIANTS",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from aah.attention.variants.base import Variant, Windows, masked_attention, plan_mask
-from aah.attention.variants.positions import ScoreBias
+from aah.attention.variants.score_bias import ScoreBias
 
 
 def block_sparse_mask(

@@ -13,7 +13,7 @@ from aah.attention.variants.base import Variant
 from aah.attention.variants.connectivity import BlockSparseAttention, GlobalTokensAttention
 from aah.attention.variants.kernel import KernelAttention
 from aah.attention.variants.lowrank import LowRankAttention
-from aah.attention.variants.positions import POSITIONS, make_score_bias
+from aah.attention.variants.score_bias import POSITIONS, make_score_bias
 from aah.attention.variants.scores import AdditiveAttention, BilinearAttention, SoftmaxAttention
 from aah.choices import ApproximationVariant, Attention, ConnectivityVariant, ScoreVariant
 

@@ -13,7 +13,7 @@ from torch.utils.checkpoint import checkpoint
 from aah.attention.api import windowed_attention
 from aah.attention.variants.base import Variant, Windows, expand_kv, plan_mask
 from aah.attention.variants.biased import grouped_biased_attention
-from aah.attention.variants.positions import ScoreBias
+from aah.attention.variants.score_bias import ScoreBias
 
 
 class SoftmaxAttention(Variant):
