@@ -10,7 +10,7 @@ pretrained tables (results/pretrained/*/table.md), to the digits the quote print
 which a wrong digit anywhere breaks, and which a coincidence among the reports' thousands of
 numbers is unlikely to satisfy.
 
-`unmatched(docs, reports)` lists every quote no report holds; `tests/report/test_quoted.py`
+`unmatched(docs, reports)` lists every quote no report holds; `experiments/tests/test_quoted.py`
 runs it over the project's own docs, so a number edited by hand or left behind by a rerun
 fails CI.
 """
