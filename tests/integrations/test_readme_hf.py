@@ -42,8 +42,16 @@ def test_the_readme_hf_example_runs(tmp_path, capsys) -> None:
     write_gguf(tiny_model("llama", seed=1), path)
     code = example()
     assert LOAD in code, "the README example no longer loads the model as this test expects"
-    code = code.replace(LOAD, f"model, _ = aah.hf.load_model({str(path)!r}); tok = ByteTokenizer()")
-    scope: dict = {"ByteTokenizer": ByteTokenizer}
+    assert "whole_layers=[0]" in code and "kv_fraction=0.3" in code
+    load = (
+        f"model, _ = aah.hf.load_model({str(path)!r}); tok = ByteTokenizer(); "
+        "tie_tokenizer(model, tok)"  # what load_model ties to a model that ships one
+    )
+    # the tiny model has 128 positions and 2 layers: one whole layer is half its cache
+    code = code.replace(LOAD, load).replace("kv_fraction=0.3", "kv_fraction=0.7")
+    from aah.integrations.hf.load import tie_tokenizer
+
+    scope: dict = {"ByteTokenizer": ByteTokenizer, "tie_tokenizer": tie_tokenizer}
     exec(compile(code, str(README), "exec"), scope)
     model, plan, cache, out = scope["model"], scope["plan"], scope["cache"], scope["out"]
     from aah.attention.kv_bytes import full_kv_bytes, plan_kv_bytes
@@ -51,32 +59,30 @@ def test_the_readme_hf_example_runs(tmp_path, capsys) -> None:
 
     full = full_kv_bytes(kv_shape(model), len(plan.windows), plan.seq_len)
     held_by_plan = plan_kv_bytes(plan.windows, plan.sinks, kv_shape(model), plan.seq_len)
-    assert plan.info["signal"] == "output" and plan.sinks and held_by_plan <= 0.3 * full
-    assert any(w < plan.seq_len for row in plan.windows for w in row)
+    assert plan.info["signal"] == "output+retrieval" and plan.info["whole_layers"] == [0]
+    assert plan.sinks and held_by_plan <= 0.7 * full
+    assert plan.windows[0] == [plan.seq_len] * len(plan.windows[0])
+    assert any(w < plan.seq_len for row in plan.windows[1:] for w in row)
     assert out.shape[1] == scope["ids"].shape[1] + 32
     held = int(capsys.readouterr().out.split()[-1])
     assert held == cache.nbytes() > 0
-    from aah.integrations import hf
+    import aah.hf
 
-    assert hf.current_plan(model) == plan.windows  # generate ran with the plan applied
+    assert aah.hf.current_plan(model) == plan.windows  # generate ran with the plan applied
 
 
-def test_the_readme_retrieval_recipe_runs_with_the_first_layer_whole(tmp_path) -> None:
+def test_the_readme_running_text_plan_runs_with_the_output_signal(tmp_path) -> None:
     section = README.read_text(encoding="utf-8").split("### On a pretrained model", 1)[1]
     code = section.split("```python", 1)[1].split("```", 1)[0]
-    assert "whole_layers=[0]" in code and "seq_len=4096" in code and "kv_fraction=0.3" in code
+    call = code.split("#")[0]  # the comment names the default signal; the call must not pass it
+    assert "kv_fraction=0.2" in call and "seq_len=4096" in call and "signal" not in call
     path = tmp_path / "tiny.gguf"
     write_gguf(tiny_model("llama", seed=1), path)
     import aah.hf
-    from aah.integrations.hf.load import tie_tokenizer
 
     model, _ = aah.hf.load_model(str(path))
-    tie_tokenizer(model, ByteTokenizer())  # what load_model ties to a model that ships one
     scope: dict = {"aah": aah, "model": model}
-    # the tiny model has 128 positions and 2 layers: one whole layer is half its cache
-    code = code.replace("seq_len=4096", "seq_len=128").replace("kv_fraction=0.3", "kv_fraction=0.7")
-    exec(compile(code, str(README), "exec"), scope)
+    exec(compile(code.replace("seq_len=4096", "seq_len=128"), str(README), "exec"), scope)
     plan = scope["plan"]
-    assert plan.info["signal"] == "output+retrieval" and plan.info["whole_layers"] == [0]
-    assert plan.windows[0] == [128] * len(plan.windows[0]) and plan.seq_len == 128
-    assert any(w < 128 for row in plan.windows[1:] for w in row)
+    assert plan.info["signal"] == "output" and not plan.info.get("whole_layers")
+    assert plan.seq_len == 128 and any(w < 128 for row in plan.windows for w in row)
