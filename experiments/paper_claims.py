@@ -12,6 +12,7 @@ of the report's tables (`comparisons.evidence`: one family, one adjusted p per p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aah.report import comparisons
@@ -24,16 +25,16 @@ AAH_PREFIX = "aah-v3-"
 PAPER_CONTROLS = ("fixed", "random")
 
 
-def aah_regimes(regimes: list[str]) -> list[str]:
+def aah_regimes(regimes: Sequence[str]) -> list[str]:
     """The AAH-v3 controllers among `regimes`: a replay twin carries the prefix but replays
     logged plans, so it is a control, not AAH-v3."""
     twins = comparisons.TWIN_SUFFIXES
     return [r for r in regimes if r.startswith(AAH_PREFIX) and not r.endswith(twins)]
 
 
-def _aah_vs_controls(regimes: list[str]) -> comparisons.Pairs:
+def _aah_vs_controls(regimes: Sequence[str]) -> comparisons.Pairs:
     controls = [c for c in PAPER_CONTROLS if c in regimes]
-    return [(r, c) for r in aah_regimes(list(regimes)) for c in controls]
+    return [(r, c) for r in aah_regimes(regimes) for c in controls]
 
 
 #: the paper's second finding: each AAH-v3 regime against fixed and random. Its pairs against
