@@ -185,11 +185,16 @@ def unseen_by(probes: Sequence[Probe], window: int) -> list[bool]:
 
 def conditions(probes: Sequence[Probe], hits: Sequence[bool]) -> dict[Condition, bool]:
     """Each condition -> retrieved (all of its needles hit), in first-seen order."""
-    if len(probes) != len(hits):
-        raise ValueError(f"{len(probes)} probes and {len(hits)} hits do not pair")
+    return by_condition([probe.condition for probe in probes], hits)
+
+
+def by_condition(keys: Sequence[Condition], hits: Sequence[bool]) -> dict[Condition, bool]:
+    """Each needle's condition key -> retrieved (all its needles hit), in first-seen order."""
+    if len(keys) != len(hits):
+        raise ValueError(f"{len(keys)} probes and {len(hits)} hits do not pair")
     out: dict[Condition, bool] = {}
-    for probe, hit in zip(probes, hits, strict=True):
-        out[probe.condition] = out.get(probe.condition, True) and bool(hit)
+    for key, hit in zip(keys, hits, strict=True):
+        out[key] = out.get(key, True) and bool(hit)
     return out
 
 

@@ -262,15 +262,12 @@ def condition_table(
     method against full attention and against the `output` plan of its KV budget, McNemar's
     exact test over the conditions on which the two differ."""
     from aah.report.comparisons import holm
-    from experiments.pretrained.retrieval_grid import compare
+    from experiments.pretrained.retrieval_grid import by_condition, compare
 
     conds = [tuple(c) for c in saved["conditions"]]
 
-    def per_condition(hits: list[bool]) -> dict[tuple, bool]:
-        out: dict[tuple, bool] = {}
-        for c, hit in zip(conds, hits, strict=True):
-            out[c] = out.get(c, True) and bool(hit)
-        return out
+    def per_condition(hits: list[bool]) -> dict:
+        return by_condition(conds, hits)
 
     full_c, peer_c = per_condition(full), per_condition(peer_full)
     agree = sum(full_c[c] == peer_c[c] for c in full_c)
@@ -294,33 +291,37 @@ def condition_table(
         "|---|---|---|---|---|---|---|",
     ]
     ordered = sorted(rows, key=lambda r: (r[1], r[3], r[0]))
-    # the declared family: every press against the plan of its budget
-    tested = [i for i, (m, f, _, kind) in enumerate(ordered) if kind == PEER and f in plans]
-    adjusted = dict(zip(tested, holm([compare(plans[ordered[i][1]],
-                                              per_condition(ordered[i][2]))[2]
-                                      for i in tested]), strict=True))  # fmt: skip
-    for i, (method, f, hits, kind) in enumerate(ordered):
-        got = per_condition(hits)
-        lost, gained, p = compare(full_c, got)
-        vs, holm_p = "", ""
-        if method != "output" and f in plans:
-            only_plan, only_this, q = compare(plans[f], got)
+    got = [per_condition(hits) for _, _, hits, _ in ordered]
+    vs_output = {
+        i: compare(plans[f], got[i])
+        for i, (method, f, _, _) in enumerate(ordered)
+        if method != "output" and f in plans
+    }
+    # the declared family: every press against the `output` plan of its budget
+    presses = [i for i in vs_output if ordered[i][3] == PEER]
+    adjusted = dict(zip(presses, holm([vs_output[i][2] for i in presses]), strict=True))
+    for i, (method, f, _, kind) in enumerate(ordered):
+        lost, gained, p = compare(full_c, got[i])
+        vs = ""
+        if i in vs_output:
+            only_plan, only_this, q = vs_output[i]
             vs = f"{only_plan} / {only_this}, p {q:.3g}"
-        if i in adjusted:
-            holm_p = f"{adjusted[i]:.3g}"
-        lines.append(f"| {f:g} | {method} | {kind} | {sum(got.values())}/{n} | "
+        holm_p = f"{adjusted[i]:.3g}" if i in adjusted else ""
+        lines.append(f"| {f:g} | {method} | {kind} | {sum(got[i].values())}/{n} | "
                      f"{lost} / {gained}, p {p:.3g} | {vs} | {holm_p} |")  # fmt: skip
-    searched = [r for r in ordered if r[3] != PEER and r[0] not in ("output", "uniform")]
+    searched = [i for i, r in enumerate(ordered)
+                if r[3] != PEER and r[0] not in ("output", "uniform")]  # fmt: skip
     if searched:
         lines += ["", "Every other searched plan against every press of its budget (McNemar's "
                   "exact test; reported, not tested):", "",
                   "| KV budget | plan | press | the plan only / the press only | p |",
                   "|---|---|---|---|---|"]  # fmt: skip
-        for method, f, hits, _ in searched:
-            for press, g, press_hits, _ in (r for r in ordered if r[3] == PEER and r[1] == f):
-                only_plan, only_press, q = compare(per_condition(hits), per_condition(press_hits))
-                lines.append(f"| {g:g} | {method} | {press} | {only_plan} / {only_press} | "
-                             f"{q:.3g} |")  # fmt: skip
+        for i in searched:
+            method, f = ordered[i][:2]
+            for j in (j for j, r in enumerate(ordered) if r[3] == PEER and r[1] == f):
+                only_plan, only_press, q = compare(got[i], got[j])
+                lines.append(f"| {f:g} | {method} | {ordered[j][0]} | {only_plan} / "
+                             f"{only_press} | {q:.3g} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
