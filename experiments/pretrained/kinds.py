@@ -4,7 +4,7 @@ sources that no calibration reads.
 - **python**: the standard library's packages (every folder with an `__init__.py`, e.g.
   `asyncio`, `email`, `tkinter`, `xml`; not `pydoc_data`, which the calibration mix reads,
   nor `encodings`, whose codec tables are generated, nor `site-packages`), their `.py` files
-  outside test folders (`hf.text_blocks.is_test_path`: `test`, `tests`, `idle_test`, ...).
+  outside test folders (`is_test_path`: `test`, `tests`, `idle_test`, ...).
   One source per package. The calibration mix reads single-file modules, never a package.
 - **prose**: the English documentation Debian packages ship under `/usr/share/doc` (README*,
   `*.txt`, `*.md`, `*.rst`, gzipped ones unpacked): manuals, protocol specifications, guides.
@@ -32,7 +32,7 @@ import re
 import sysconfig
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from aah.integrations.hf.calibration_mix import TOPICS_FILE, calibration_paths, stdlib_root
@@ -43,7 +43,6 @@ from aah.integrations.hf.text_blocks import (
     TextFile,
     build_documents,
     draw_blocks,
-    is_test_path,
     slot_count,
 )
 
@@ -65,6 +64,19 @@ FUNCTION_WORDS = frozenset((
 ))  # fmt: skip
 MIN_FUNCTION_WORDS = 0.20
 KIND_NAMES = ("python", "prose", "c")
+
+
+def is_test_path(relative: PurePath) -> bool:
+    """True when any part of a path (relative to its root) names a test folder or file:
+    `test`, `tests`, `test_*`, `*_test`, `*_tests` (so `idlelib/idle_test/x.py` and
+    `lib2to3/tests/y.py` are tests; `unittest/case.py` and `doctest.py` are not)."""
+    for part in relative.parts:
+        stem = part.lower().removesuffix(".py")
+        if stem in ("test", "tests") or stem.startswith("test_"):
+            return True
+        if stem.endswith(("_test", "_tests")):
+            return True
+    return False
 
 
 def python_files(root: Path | None = None) -> list[TextFile]:

@@ -75,7 +75,7 @@ class Score:
 
     def __init__(self) -> None:
         from aah.data.synthetic import distance_buckets
-        from aah.eval.recall import RecallCounter
+        from aah.eval.recall_accuracy import RecallCounter
 
         self.counter = RecallCounter(distance_buckets(SEQ_LEN))
         self.nats = 0.0

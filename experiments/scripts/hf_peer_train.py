@@ -25,7 +25,7 @@ import torch
 from aah.data.loader import answer_marks
 from aah.data.recall import generate_recall
 from aah.data.synthetic import TASK_SEED, distance_buckets
-from aah.eval.recall import RecallCounter
+from aah.eval.recall_accuracy import RecallCounter
 
 SEQ_LEN = 256
 RECALL = {"words": 1, "n_keys": 16, "n_values": 8, "fused": True}

@@ -28,8 +28,8 @@ from pathlib import Path, PurePath
 import torch
 
 from aah.integrations.hf.calibration_mix import stdlib_root
-from aah.integrations.hf.text_blocks import is_test_path
 from experiments.pretrained import corpus
+from experiments.pretrained.kinds import is_test_path
 from experiments.pretrained.model_files import default_model, load_tokenizer
 
 PEER_HELDOUT_BLOCKS = 16  # experiments/scripts/pretrained_peer.py's default, checked by its digest

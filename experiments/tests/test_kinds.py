@@ -24,9 +24,9 @@ from aah.integrations.hf.text_blocks import (
     block_order,
     build_documents,
     draw_blocks,
-    is_test_path,
 )
 from experiments.pretrained import kinds
+from experiments.pretrained.kinds import is_test_path
 
 
 def chars(text: str) -> list[int]:

@@ -237,12 +237,6 @@ def table_row(row: dict[str, Any]) -> str:
     return "  ".join(f"{row[c]!s:>15}" for c in COLUMNS)
 
 
-def format_table(result: dict[str, Any]) -> str:
-    head = table_head(result["model"], result["batch_size"], result["threads"],
-                      result["backend"], result["steps"], result["warmup"])  # fmt: skip
-    return "\n".join([head, *(table_row(row) for row in result["rows"])])
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="aah bench training",

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     if args.resume and args.out and Path(args.out) != Path(args.resume):
         raise ValueError("--out cannot differ from --resume")
     run_dir = Path(args.resume or args.out or default_run_dir(config.controller.policy))
-    from aah.cli.report import print_summary
+    from aah.cli.run_summary import print_summary
     from aah.training.divergence import TrainingDiverged
     from aah.training.loop import train
 

@@ -33,11 +33,6 @@ def path_hash(rel: str) -> int:
     return int.from_bytes(hashlib.blake2b(rel.encode("utf-8"), digest_size=8).digest(), "big")
 
 
-def goes_to_val(rel: str, val_fraction: float) -> bool:
-    """The hash rule alone, before the non-empty fix-up."""
-    return path_hash(rel) / 2**64 < val_fraction
-
-
 @dataclass(frozen=True)
 class SplitPlan:
     """The byte pieces of each split, in order, before joining."""

@@ -20,7 +20,7 @@ from torch import nn
 from aah.attention import coverage, executed_elements
 from aah.attention.cost import causal_pairs
 from aah.data import eval_batches
-from aah.eval.recall import RecallCounter
+from aah.eval.recall_accuracy import RecallCounter
 
 EXECUTED_BACKENDS = ("grouped", "banded", "dense")
 
@@ -43,7 +43,7 @@ def evaluate_loss(
 
     `layout`: where the windows sit in the split (aah.data.loader.eval_starts).
     With `answers` (a generated task's per-token answer distances) the same pass also scores
-    recall accuracy, overall and per distance bucket (`aah.eval.recall.RecallCounter`).
+    recall accuracy, overall and per distance bucket (`aah.eval.recall_accuracy.RecallCounter`).
     """
     was_training = model.training
     model.eval()

@@ -26,7 +26,7 @@ from aah.data import load_tokens
 from aah.data.loader import answer_marks, spread_starts, spread_windows
 from aah.eval.cut_probe import chunk_losses
 from aah.eval.head_ablation import loss_ablation
-from aah.eval.recall import RecallCounter
+from aah.eval.recall_accuracy import RecallCounter
 from aah.model import GPT
 from aah.posthoc.plans import AAH, BUDGETED, NEEDS_ABLATION, aah_plan, budgeted_plan
 from aah.training.load import load_run

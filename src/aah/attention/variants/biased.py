@@ -29,16 +29,6 @@ from aah.attention.variants.base import masked_attention
 BiasFn = Callable[[torch.Tensor], torch.Tensor]  # distances (*S) -> (H, *S)
 
 
-def biased_executed(windows: tuple[int, ...], seq_len: int) -> int:
-    """Score elements `grouped_biased_attention` computes per batch element."""
-    total = 0
-    for w in {min(x, seq_len) for x in windows}:
-        geo = BandGeometry((w,), seq_len, block_size_for(w))
-        heads = sum(min(x, seq_len) == w for x in windows)
-        total += heads * (w * w + geo.n_blocks * geo.block * geo.span)
-    return total
-
-
 def _per_head(windows: tuple[int, ...], dims: int, device: torch.device) -> torch.Tensor:
     """(H, 1, ..., 1) windows that broadcast against `dims` position dimensions."""
     return torch.tensor(windows, device=device).view(-1, *([1] * dims))

@@ -18,7 +18,6 @@ import itertools
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import PurePath
 
 #: what goes between two joined files of one document
 FILE_SEPARATOR = "\n\n"
@@ -73,19 +72,6 @@ class Block:
             "kind": self.kind, "source": self.source, "document": self.document,
             "paths": list(self.paths), "start": self.start, "tokens": len(self.ids),
         }  # fmt: skip
-
-
-def is_test_path(relative: PurePath) -> bool:
-    """True when any part of a path (relative to its root) names a test folder or file:
-    `test`, `tests`, `test_*`, `*_test`, `*_tests` (so `idlelib/idle_test/x.py` and
-    `lib2to3/tests/y.py` are tests; `unittest/case.py` and `doctest.py` are not)."""
-    for part in relative.parts:
-        stem = part.lower().removesuffix(".py")
-        if stem in ("test", "tests") or stem.startswith("test_"):
-            return True
-        if stem.endswith(("_test", "_tests")):
-            return True
-    return False
 
 
 def build_documents(

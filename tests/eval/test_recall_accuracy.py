@@ -2,7 +2,7 @@
 
 import torch
 
-from aah.eval.recall import RecallCounter
+from aah.eval.recall_accuracy import RecallCounter
 
 
 def test_accuracy_overall_and_per_bucket_by_hand():
