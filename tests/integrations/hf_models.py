@@ -11,7 +11,9 @@ import numpy as np
 import torch
 
 VOCAB = 300  # >= 256, so the UTF-8 byte stand-in for a tokenizer fits
-FAMILIES = ("gpt2", "llama", "qwen2", "qwen3", "mistral")
+FAMILIES = ("gpt2", "llama", "qwen2", "qwen3", "mistral", "gemma3_text")
+#: families whose tiny config has a sliding-window layer: its DynamicCache drops old keys
+SLIDING = ("mistral", "gemma3_text")
 #: the plan searches' calibration length, candidate windows and attention sinks
 SEARCH_T = 32
 SEARCH_CANDIDATES = [2, 4, 8, 16, 32]
@@ -44,11 +46,17 @@ def tiny_config(family: str, **overrides: object) -> object:
         kw["head_dim"] = 16
     if family == "mistral":
         kw["sliding_window"] = 16  # the layer's own window, combined with the plan's
+    if family == "gemma3_text":
+        # one sliding layer (its own window, combined with the plan's), one full layer, and a
+        # score scale that is not head_dim ** -0.5
+        kw.update(head_dim=16, sliding_window=16, query_pre_attn_scalar=32)
+        kw["layer_types"] = ["sliding_attention", "full_attention"]
     cls = {
         "llama": transformers.LlamaConfig,
         "qwen2": transformers.Qwen2Config,
         "qwen3": transformers.Qwen3Config,
         "mistral": transformers.MistralConfig,
+        "gemma3_text": transformers.Gemma3TextConfig,
     }[family]
     return cls(**{**common, **kw, **overrides})
 

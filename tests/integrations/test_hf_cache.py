@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 import torch
-from hf_models import VOCAB, tiny_model
+from hf_models import SLIDING, VOCAB, tiny_model
 
 from aah.integrations import hf
 
@@ -101,8 +101,8 @@ def test_left_padded_batch_equals_each_prompt_alone(family: str, use_cache: str,
     ids, mask = left_pad(rows)
     new = 15
     cache = PerHeadCache(model, ids.shape[1] + new) if use_cache == "per-head" else None
-    if family == "mistral" and use_cache == "dynamic" and sinks:
-        # Its DynamicCache keeps only the layer's sliding window: the sinks are gone.
+    if family in SLIDING and use_cache == "dynamic" and sinks:
+        # Its DynamicCache keeps only the sliding layer's window: the sinks are gone.
         with pytest.raises(ValueError, match="sinks"):
             greedy(model, ids, new, cache, attention_mask=mask)
         return

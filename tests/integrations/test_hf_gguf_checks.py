@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 pytest.importorskip("accelerate")
 
-from hf_models import tiny_model, write_gguf
+from hf_models import FAMILIES, tiny_model, write_gguf
 
 from aah.integrations.hf.gguf_file import read_gguf_header
 from aah.integrations.hf.load import load_model
@@ -114,3 +114,31 @@ def test_a_truncated_copy_of_a_real_gguf_file(tmp_path):
     preview = preview_model(str(source))
     assert (preview.n_layer, preview.n_head, preview.n_kv_head, preview.head_dim) == (30, 9, 3, 64)
     assert preview.has_tokenizer and preview.max_positions == 8192
+
+
+@pytest.mark.parametrize(
+    ("family", "overrides"),
+    [(f, {}) for f in FAMILIES]
+    + [("qwen2", {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1})],
+)
+def test_the_preview_of_a_folder_is_the_loaded_model(tmp_path, family, overrides):
+    """Each layer's own sliding window included: Gemma 3 and Qwen2 slide on some layers only."""
+    from aah.cli.hf_checks import model_limits, preview_limits
+
+    tiny_model(family, seed=5, **overrides).save_pretrained(tmp_path)
+    loaded = load_model(str(tmp_path), "cpu")[0]
+    assert preview_limits(str(tmp_path)) == model_limits(loaded, None)
+
+
+def test_a_gemma3_config_without_layer_types_slides_by_its_pattern(tmp_path):
+    import json
+
+    tiny_model("gemma3_text", num_hidden_layers=4, layer_types=None,
+               sliding_window_pattern=2).save_pretrained(tmp_path)  # fmt: skip
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["layer_types"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert preview_model(str(tmp_path)).sliding_windows == (16, None, 16, None)
+    from aah.integrations.hf.model_layout import sliding_windows
+
+    assert sliding_windows(load_model(str(tmp_path), "cpu")[0]) == [16, None, 16, None]

@@ -25,15 +25,14 @@ MB = 2**20
 
 @dataclass(frozen=True)
 class ModelLimits:
-    """What the checks need to know of a model: its plan shape, the KV bytes a plan costs
-    (`kv`), the shape to price the all-full plan with (`kv_full`: the model's own after
-    loading; before, without sliding windows, an upper bound), positions, vocabulary and
-    whether it has a tokenizer (None: not known)."""
+    """What the checks need to know of a model: its plan shape, the shape its KV bytes are
+    priced with (`kv`, each layer's own sliding window included: read from its files before
+    loading, exactly as the loaded model has it), positions, vocabulary and whether it has a
+    tokenizer (None: not known)."""
 
     n_layer: int
     n_head: int
     kv: KVShape
-    kv_full: KVShape
     max_positions: int | None
     vocab_size: int | None
     has_tokenizer: bool | None
@@ -48,8 +47,7 @@ def preview_limits(name: str) -> ModelLimits | None:
         return None
     return ModelLimits(
         n_layer=p.n_layer, n_head=p.n_head,
-        kv=KVShape(p.n_kv_head, p.position_bytes, (p.sliding_window,) * p.n_layer),
-        kv_full=KVShape(p.n_kv_head, p.position_bytes, (None,) * p.n_layer),
+        kv=KVShape(p.n_kv_head, p.position_bytes, p.sliding_windows),
         max_positions=p.max_positions, vocab_size=p.vocab_size, has_tokenizer=p.has_tokenizer,
     )  # fmt: skip
 
@@ -65,7 +63,6 @@ def model_limits(model: Any, tokenizer: Any | None) -> ModelLimits:
     )
     return ModelLimits(
         n_layer=lay.n_layer, n_head=lay.n_head, kv=shape,
-        kv_full=shape,
         max_positions=int(positions) if positions else None,
         vocab_size=getattr(config, "vocab_size", None), has_tokenizer=tokenizer is not None,
     )  # fmt: skip
@@ -172,7 +169,7 @@ def check_budget(
             f"plan's {floor / MB:.3f} MB ({floor} bytes: {smallest}); give --budget-kv-mb "
             f"{least} or more{fixes}"
         )
-    full = plan_kv_bytes([[t] * n_head for _ in cut], None, limits.kv_full, t)
+    full = plan_kv_bytes([[t] * n_head for _ in cut], None, limits.kv, t)
     if kv_budget >= full:
         raise ValueError(
             f"{flag} is at or above the full cache's "

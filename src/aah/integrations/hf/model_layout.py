@@ -18,6 +18,7 @@ from aah.attention.kv_bytes import KVShape
 
 # model_type -> attribute path from the base model to the decoder layers, and the layer's attention.
 FAMILIES: dict[str, tuple[str, str]] = {
+    "gemma3_text": ("layers", "self_attn"),
     "gpt2": ("h", "attn"),
     "llama": ("layers", "self_attn"),
     "mistral": ("layers", "self_attn"),

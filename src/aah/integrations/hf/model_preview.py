@@ -2,8 +2,9 @@
 
 `preview_model(name)` gives what the checks of a command need to refuse an impossible request
 in a second instead of after a 20-second load: layers, query and KV heads, head size, the
-dtype's bytes, positions, vocabulary size, sliding window and whether a tokenizer ships with
-it. None for a hub name (nothing local to read); the loaded model is checked again exactly.
+dtype's bytes, positions, vocabulary size, each layer's own sliding window (Gemma 3 and Qwen2
+slide on some layers only) and whether a tokenizer ships with it. None for a hub name (nothing
+local to read); the loaded model is checked again exactly.
 
 A GGUF file loads dequantised to float32 (`load_model`), so its itemsize is 4; a transformers
 folder loads in its config's dtype (transformers' "auto"), float32 when it names none.
@@ -12,6 +13,7 @@ folder loads in its config's dtype (transformers' "auto"), float32 when it names
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,8 @@ from aah.integrations.hf.load import GGUF_SUFFIX, resolve_source
 from aah.integrations.hf.model_layout import FAMILIES
 
 ITEMSIZE = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8}
+#: GGUF architecture -> the model_type transformers loads it as, where the two differ
+GGUF_FAMILY = {"gemma3": "gemma3_text"}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
 
@@ -36,7 +40,7 @@ class ModelPreview:
     itemsize: int
     max_positions: int | None
     vocab_size: int | None
-    sliding_window: int | None
+    sliding_windows: tuple[int | None, ...]  # each layer's own window, None where it has none
     has_tokenizer: bool
 
     @property
@@ -90,14 +94,44 @@ def _from_config(data: dict[str, Any], has_tokenizer: bool) -> ModelPreview:
     sliding = data.get("sliding_window")
     if family == "qwen2" and not data.get("use_sliding_window", False):
         sliding = None
+    types = data.get("layer_types") or _default_layer_types(family, data, int(n_layer))
     dtype = str(data.get("dtype") or data.get("torch_dtype") or "float32").replace("torch.", "")
     return ModelPreview(
         family=family, n_layer=int(n_layer), n_head=int(n_head), n_kv_head=int(kv),
         head_dim=int(head_dim or int(width) // int(n_head)), itemsize=ITEMSIZE.get(dtype, 4),
         max_positions=int(positions) if positions else None,
         vocab_size=int(data["vocab_size"]) if data.get("vocab_size") else None,
-        sliding_window=int(sliding) if sliding else None, has_tokenizer=has_tokenizer,
+        sliding_windows=_layer_windows(int(sliding) if sliding else None, int(n_layer), types),
+        has_tokenizer=has_tokenizer,
     )  # fmt: skip
+
+
+def _default_layer_types(family: str, data: dict[str, Any], n_layer: int) -> list[str] | None:
+    """Which layers slide when a config names no `layer_types`, by transformers' own defaults
+    for the families that mix sliding and full layers; None: every layer alike."""
+    if family == "gemma3_text":  # every `sliding_window_pattern`-th layer is full
+        pattern = int(data.get("sliding_window_pattern") or 6)
+        return [
+            "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layer)
+        ]
+    if family == "qwen2":  # layers from `max_window_layers` on slide
+        first = int(data.get("max_window_layers", 28))
+        return ["sliding_attention" if i >= first else "full_attention" for i in range(n_layer)]
+    return None
+
+
+def _layer_windows(
+    window: int | None, n_layer: int, layer_types: Sequence[str] | None
+) -> tuple[int | None, ...]:
+    """Each layer's own sliding window: `window` on the layers `layer_types` marks sliding (on
+    every layer without it), None elsewhere."""
+    if not window:
+        return (None,) * n_layer
+    if layer_types is None:
+        return (window,) * n_layer
+    if len(layer_types) != n_layer:
+        raise ValueError(f"layer_types has {len(layer_types)} entries for {n_layer} layers")
+    return tuple(window if t == "sliding_attention" else None for t in layer_types)
 
 
 def _from_gguf(path: Path) -> ModelPreview:
@@ -105,21 +139,24 @@ def _from_gguf(path: Path) -> ModelPreview:
         raise ValueError(f"{str(path)!r} is not a .gguf file")
     meta = read_gguf_header(path).metadata
     arch = meta.get("general.architecture")
-    family = _supported(arch, f"GGUF file {str(path)!r}")
+    family = _supported(GGUF_FAMILY.get(arch, arch), f"GGUF file {str(path)!r}")
 
     def key(name: str) -> Any:
         return meta.get(f"{arch}.{name}")
 
     try:
-        n_head = int(key("attention.head_count"))
+        n_head, n_layer = int(key("attention.head_count")), int(key("block_count"))
         vocab = key("vocab_size") or meta.get("tokenizer.ggml.tokens")
         return ModelPreview(
-            family=family, n_layer=int(key("block_count")), n_head=n_head,
+            family=family, n_layer=n_layer, n_head=n_head,
             n_kv_head=int(key("attention.head_count_kv") or n_head),
             head_dim=int(key("attention.key_length") or int(key("embedding_length")) // n_head),
             itemsize=4, max_positions=int(key("context_length") or 0) or None,
             vocab_size=int(vocab) if vocab else None,
-            sliding_window=int(key("attention.sliding_window") or 0) or None,
+            sliding_windows=_layer_windows(
+                int(key("attention.sliding_window") or 0) or None, n_layer,
+                _default_layer_types(family, {}, n_layer),
+            ),
             has_tokenizer="tokenizer.ggml.model" in meta,
         )  # fmt: skip
     except (TypeError, ValueError, ZeroDivisionError) as err:
