@@ -119,10 +119,13 @@ def test_a_truncated_copy_of_a_real_gguf_file(tmp_path):
 @pytest.mark.parametrize(
     ("family", "overrides"),
     [(f, {}) for f in FAMILIES]
-    + [("qwen2", {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1})],
+    + [
+        (qwen, {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1})
+        for qwen in ("qwen2", "qwen3")
+    ],
 )
 def test_the_preview_of_a_folder_is_the_loaded_model(tmp_path, family, overrides):
-    """Each layer's own sliding window included: Gemma 3 and Qwen2 slide on some layers only."""
+    """Each layer's own sliding window included: Gemma 3 and Qwen slide on some layers only."""
     from aah.cli.hf_checks import model_limits, preview_limits
 
     tiny_model(family, seed=5, **overrides).save_pretrained(tmp_path)

@@ -2,7 +2,7 @@
 
 `preview_model(name)` gives what the checks of a command need to refuse an impossible request
 in a second instead of after a 20-second load: layers, query and KV heads, head size, the
-dtype's bytes, positions, vocabulary size, each layer's own sliding window (Gemma 3 and Qwen2
+dtype's bytes, positions, vocabulary size, each layer's own sliding window (Gemma 3 and Qwen
 slide on some layers only) and whether a tokenizer ships with it. None for a hub name (nothing
 local to read); the loaded model is checked again exactly.
 
@@ -23,6 +23,8 @@ from aah.integrations.hf.load import GGUF_SUFFIX, resolve_source
 from aah.integrations.hf.model_layout import FAMILIES
 
 ITEMSIZE = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8}
+#: families whose sliding window applies only with use_sliding_window, from max_window_layers on
+QWEN = ("qwen2", "qwen3")
 #: GGUF architecture -> the model_type transformers loads it as, where the two differ
 GGUF_FAMILY = {"gemma3": "gemma3_text"}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
@@ -92,7 +94,7 @@ def _from_config(data: dict[str, Any], has_tokenizer: bool) -> ModelPreview:
         width, positions = data["hidden_size"], data.get("max_position_embeddings")
         kv, head_dim = data.get("num_key_value_heads") or n_head, data.get("head_dim")
     sliding = data.get("sliding_window")
-    if family == "qwen2" and not data.get("use_sliding_window", False):
+    if family in QWEN and not data.get("use_sliding_window", False):
         sliding = None
     types = data.get("layer_types") or _default_layer_types(family, data, int(n_layer))
     dtype = str(data.get("dtype") or data.get("torch_dtype") or "float32").replace("torch.", "")
@@ -114,7 +116,7 @@ def _default_layer_types(family: str, data: dict[str, Any], n_layer: int) -> lis
         return [
             "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layer)
         ]
-    if family == "qwen2":  # layers from `max_window_layers` on slide
+    if family in QWEN:  # layers from `max_window_layers` on slide
         first = int(data.get("max_window_layers", 28))
         return ["sliding_attention" if i >= first else "full_attention" for i in range(n_layer)]
     return None
