@@ -23,7 +23,8 @@ from aah.integrations.hf.load import GGUF_SUFFIX, resolve_source
 from aah.integrations.hf.model_layout import FAMILIES
 
 ITEMSIZE = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8}
-#: families whose sliding window applies only with use_sliding_window, from max_window_layers on
+#: families whose sliding window applies only with use_sliding_window (which GGUF files do not
+#: carry, so never when loaded from one), from max_window_layers on
 QWEN = ("qwen2", "qwen3")
 #: GGUF architecture -> the model_type transformers loads it as, where the two differ
 GGUF_FAMILY = {"gemma3": "gemma3_text"}
@@ -156,8 +157,8 @@ def _from_gguf(path: Path) -> ModelPreview:
             itemsize=4, max_positions=int(key("context_length") or 0) or None,
             vocab_size=int(vocab) if vocab else None,
             sliding_windows=_layer_windows(
-                int(key("attention.sliding_window") or 0) or None, n_layer,
-                _default_layer_types(family, {}, n_layer),
+                None if family in QWEN else int(key("attention.sliding_window") or 0) or None,
+                n_layer, _default_layer_types(family, {}, n_layer),
             ),
             has_tokenizer="tokenizer.ggml.model" in meta,
         )  # fmt: skip
