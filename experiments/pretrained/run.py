@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -137,6 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="calibration blocks the suffix-loss signal reads, the first ones (default 0: "
         "2, or --calib-blocks if fewer)",
     )
+    p.add_argument(
+        "--holm-family",
+        default=None,
+        metavar="TABLE[:METHOD[@FRACTION]],...",
+        help="with --kinds: the declared comparisons with uniform that one Holm family covers "
+        "(e.g. pooled:output@0.3; TABLE is a kind or pooled); default every comparison in "
+        "the folder",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of samples, twins and needles")
     p.add_argument(
         "--needle-seed",
@@ -173,6 +182,7 @@ def check_args(args: argparse.Namespace) -> None:
         if value < low:
             raise ValueError(f"{flag} must be >= {low}, got {value}")
     args.kinds = kinds.check_kinds(args.kinds.split(",")) if args.kinds else []
+    args.family = None if args.holm_family is None else check_family(args)
     args.heldout_packages = tuple(p for p in args.heldout_packages.split(",") if p)
     shared = sorted(set(args.heldout_packages) & set(corpus.CALIB_PACKAGES))
     if not args.heldout_packages or shared:
@@ -203,6 +213,23 @@ def check_args(args: argparse.Namespace) -> None:
         args.needle_lengths = []
     else:
         args.needle_lengths = flags.int_list([args.needle_lengths], "--needle-lengths", minimum=16)
+
+
+def check_family(args: argparse.Namespace) -> list[table.Comparison]:
+    """`--holm-family` parsed; ValueError naming an entry that names no comparison of the run."""
+    if not args.kinds:
+        raise ValueError("--holm-family needs --kinds (it names their tables)")
+    family = table.parse_family(args.holm_family)
+    tested = [m for m in args.methods if m != "uniform"]
+    for name, method, fraction in family:
+        if name not in (*args.kinds, suite.POOLED):
+            raise ValueError(f"--holm-family table {name!r} is not a kind of --kinds or pooled")
+        if method is not None and method not in tested:
+            raise ValueError(f"--holm-family method {method!r} is not among --methods "
+                             f"(besides uniform): {', '.join(tested)}")  # fmt: skip
+        if fraction is not None and not any(math.isclose(fraction, f) for f in args.kv_fractions):
+            raise ValueError(f"--holm-family fraction {fraction} is not among --kv-fractions")
+    return family
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,17 +288,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.kinds:
         keys = {k: digest(p, args.sinks) for k, p in plans.items()}
         full_key = digest(None, args.sinks)
-        tables = suite.tables(losses, held, keys, full_key, kv_held, hits)
+        tables = suite.tables(losses, held, keys, full_key, kv_held, hits, args.family)
         full_by = {n: _mean(losses[full_key][n]) for n in held}
         full_by[suite.POOLED] = _mean([v for n in held for v in losses[full_key][n]])
-        md = suite.markdown(tables, full_by, held, full_needle)
+        md = suite.markdown(tables, full_by, held, full_needle, args.holm_family)
         extra = {"calib_packages": ["calibration mix"], "heldout_packages": [],
                  "heldout_blocks": None, "heldout_skip": args.heldout_skip,
                  "kinds": args.kinds, "blocks_per_kind": args.blocks_per_kind,
                  "calib_blocks": [b.record() for b in mix],
                  "blocks": {n: [b.record() for b in bs] for n, bs in held.items()},
                  "kind_rows": {n: [asdict(r) for r in rows] for n, rows in tables.items()},
-                 "kind_full_loss": full_by}  # fmt: skip
+                 "kind_full_loss": full_by, "holm_family": args.holm_family}  # fmt: skip
         rows, full = tables[suite.POOLED], [v for n in held for v in losses[full_key][n]]
     else:
         full = losses[digest(None, args.sinks)]

@@ -81,10 +81,11 @@ def tables(
     full_key: Any,
     kv_held: Mapping[tuple[str, float], float],
     needles: Mapping[tuple[str, float], Sequence[bool]] | None,
+    family: Sequence[table.Comparison] | None = None,
 ) -> dict[str, list[table.Row]]:
-    """One table per kind and one pooled (needles on the pooled one), Holm over all.
-    `losses[plan key][kind]` are per-block losses, `plans` maps (method, fraction) to its
-    plan key, `full_key` is full attention's."""
+    """One table per kind and one pooled (needles on the pooled one), Holm over all, or over
+    the declared `family`. `losses[plan key][kind]` are per-block losses, `plans` maps
+    (method, fraction) to its plan key, `full_key` is full attention's."""
     out = {}
     pooled_clusters = [b.document for name in blocks for b in blocks[name]]
     for name in [*blocks, POOLED]:
@@ -98,7 +99,7 @@ def tables(
             {k: scores(p) for k, p in plans.items()}, scores(full_key), kv_held,
             needles if name == POOLED else None, clusters=clusters,
         )  # fmt: skip
-    return table.holm_across(out)
+    return table.holm_across(out, family)
 
 
 def markdown(
@@ -106,8 +107,15 @@ def markdown(
     full: Mapping[str, float],
     blocks: Mapping[str, Sequence[Block]],
     full_needle: float | None,
+    family: str | None = None,
 ) -> str:
-    """Every table under a heading that says what text it measured."""
+    """Every table under a heading that says what text it measured and which Holm family its
+    p-values belong to (`family`: the `--holm-family` declared)."""
+    holm_note = (
+        "Holm over every comparison with uniform in this folder."
+        if family is None
+        else f"Holm over the declared family `{family}` only; rows outside it have no Holm p."
+    )
     parts = []
     for name, rows in tables_.items():
         chosen = [b for n in (blocks if name == POOLED else [name]) for b in blocks[n]]
@@ -115,8 +123,7 @@ def markdown(
         sources = len({(b.kind, b.source) for b in chosen})
         head = (
             f"## {name}: {len(chosen)} blocks from {files} documents of {sources} sources\n\n"
-            f"Intervals and p over the {files} documents' mean differences; Holm over every "
-            "comparison with uniform in this folder.\n\n"
+            f"Intervals and p over the {files} documents' mean differences; {holm_note}\n\n"
         )
         parts.append(head + table.markdown(rows, full[name],
                                            full_needle if name == POOLED else None))  # fmt: skip

@@ -2,11 +2,12 @@
 
 Differences are paired over held-out blocks (the same text under both plans): mean, 95%
 t-interval over blocks, and a Holm-adjusted p-value. The Holm family is declared here, before
-any number: every (method, KV fraction) against `uniform` at the same fraction, `full`
-included, one family per run. The difference from `full` is given beside it with its
-interval (descriptive, not tested). Needles are compared with full attention needle by
-needle: how many full retrieves and the plan misses (lost), the reverse (gained), and the
-exact two-sided sign test on those discordant needles (McNemar's exact test), unadjusted.
+any number: every (method, KV fraction) against `uniform` at the same fraction, `full` included,
+one family per run; or only the comparisons a folder declared (`holm_across`'s `family`,
+`--holm-family`), the other rows reported without a Holm p. The difference from `full` is given
+beside it with its interval (descriptive, not tested). Needles are compared with full attention
+needle by needle: how many full retrieves and the plan misses (lost), the reverse (gained), and
+the exact two-sided sign test on those discordant needles (McNemar's exact test), unadjusted.
 """
 
 from __future__ import annotations
@@ -109,15 +110,51 @@ def rows(
     ]  # fmt: skip
 
 
-def holm_across(tables: Mapping[str, Sequence[Row]]) -> dict[str, list[Row]]:
-    """The tables with one Holm family over all their comparisons with `uniform` (every
-    table's tested rows together), in place of each table's own."""
+#: a declared comparison with uniform: (table, method, KV fraction); None matches any
+Comparison = tuple[str, str | None, float | None]
+
+
+def holm_across(
+    tables: Mapping[str, Sequence[Row]], family: Sequence[Comparison] | None = None
+) -> dict[str, list[Row]]:
+    """The tables with one Holm family over their comparisons with `uniform`, in place of
+    each table's own: every tested row of every table, or (`family`) the rows a declared
+    comparison names, the others left without a Holm p (reported, not tested)."""
     tested = [(name, i) for name, rows_ in tables.items() for i, r in enumerate(rows_)
-              if r.vs_uniform is not None]  # fmt: skip
+              if r.vs_uniform is not None
+              and (family is None or any(declares(c, name, r) for c in family))]  # fmt: skip
     adjusted = holm([tables[name][i].vs_uniform.p for name, i in tested])  # type: ignore[union-attr]
-    out = {name: list(rows_) for name, rows_ in tables.items()}
+    out = {name: [replace(r, holm_p=None) for r in rows_] for name, rows_ in tables.items()}
     for (name, i), p in zip(tested, adjusted, strict=True):
         out[name][i] = replace(out[name][i], holm_p=p)
+    return out
+
+
+def declares(comparison: Comparison, table: str, row: Row) -> bool:
+    """Whether a declared comparison names this row of this table."""
+    name, method, fraction = comparison
+    return (name == table and method in (None, row.method)
+            and (fraction is None or math.isclose(fraction, row.kv_target)))  # fmt: skip
+
+
+def parse_family(spec: str) -> list[Comparison]:
+    """`TABLE[:METHOD[@FRACTION]]`, comma separated (e.g. `pooled:output@0.3`): the declared
+    comparisons with uniform; ValueError naming an entry that is not of that form."""
+    out: list[Comparison] = []
+    for entry in (e.strip() for e in spec.split(",")):
+        name, colon, rest = entry.partition(":")
+        method, at, fraction = rest.partition("@")
+        try:
+            value = float(fraction) if fraction else None
+        except ValueError:
+            value = math.nan
+        malformed = not name or (colon and not method) or (at and not fraction)
+        if malformed or (value is not None and not 0 < value < 1):
+            raise ValueError(
+                f"--holm-family entry {entry!r} is not TABLE[:METHOD[@FRACTION]] with a "
+                "fraction in (0, 1)"
+            )
+        out.append((name, method or None, value))
     return out
 
 

@@ -103,6 +103,41 @@ def test_the_suite_measures_each_kind_and_resumes(model_dir, tmp_path) -> None:
     assert grown["blocks"]["python"][:2] == result["blocks"]["python"]
 
 
+def test_a_declared_holm_family_covers_only_its_comparisons(model_dir, tmp_path) -> None:
+    out = tmp_path / "out"
+    base = args_for(model_dir, out, 2, ["python", "prose"])
+    assert main(base) == 0
+    everything = json.loads((out / "results.json").read_text())["kind_rows"]
+    cells = (out / "cells.jsonl").read_text()
+    assert main([*base, "--holm-family", "pooled:output@0.3,prose:output"]) == 0
+    assert (out / "cells.jsonl").read_text() == cells  # the same cells, tested anew
+    result = json.loads((out / "results.json").read_text())
+    declared = [next(r for r in result["kind_rows"][n] if r["method"] == "output")
+                for n in ("pooled", "prose")]  # fmt: skip
+    assert [r["holm_p"] for r in declared] == pytest.approx(
+        holm([r["vs_uniform"]["p"] for r in declared])
+    )
+    python = next(r for r in result["kind_rows"]["python"] if r["method"] == "output")
+    assert python["holm_p"] is None  # reported, not tested
+    assert (
+        python["vs_uniform"]
+        == next(r for r in everything["python"] if r["method"] == "output")["vs_uniform"]
+    )
+    assert result["holm_family"] == "pooled:output@0.3,prose:output"
+    assert "declared family `pooled:output@0.3,prose:output` only" in (out / "table.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("family", "message"),
+    [("poetry:output", "table 'poetry' is not a kind"), ("pooled:mass", "method 'mass'"),
+     ("pooled:output@0.5", "fraction 0.5 is not among"), ("pooled:", "is not TABLE"),
+     ("pooled:output@x", "is not TABLE")],
+)  # fmt: skip
+def test_a_holm_family_naming_no_comparison_is_refused(model_dir, tmp_path, family, message):
+    with pytest.raises(ValueError, match=message):
+        main([*args_for(model_dir, tmp_path / "o", 2), "--holm-family", family])
+
+
 def test_another_text_for_a_block_on_file_is_refused(model_dir, tmp_path) -> None:
     out = tmp_path / "out"
     assert main(args_for(model_dir, out, 2, ["prose"])) == 0
