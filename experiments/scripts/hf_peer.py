@@ -178,7 +178,7 @@ def eval_model(args: argparse.Namespace) -> None:
     data = {"x": d["x"], "marks": d["marks"]}
     calib = torch.from_numpy(make_data(args.calib_windows, 3)["x"][:, :PROMPT])
     shape = kv_shape(model)
-    full = full_kv_bytes(shape, model.config.num_hidden_layers, PROMPT)
+    full = full_kv_bytes(shape, PROMPT)
     rows: list[dict[str, Any]] = []
     extra: dict[str, Any] = {}
     start = time.perf_counter()

@@ -8,6 +8,7 @@ import transformers
 from hf_models import VOCAB, tiny_model
 
 from aah.integrations import hf
+from aah.integrations.hf import model_layout
 
 T = 40
 REF_NAME = "aah_test_reference"
@@ -54,6 +55,21 @@ def test_full_plan_reproduces_sdpa(family: str) -> None:
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     hf.remove(model)
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_a_plan_that_cuts_nothing_is_the_model_itself_even_with_sinks(family: str) -> None:
+    # T = 40 > the sliding layers' own 16: a head whose window is not below its layer's own
+    # window keeps no sinks (sinks there would show it keys the model never sees).
+    model = tiny_model(family)
+    ids = tokens()
+    slides = model_layout.sliding_windows(model)
+    with torch.no_grad():
+        expected = model(ids).logits
+        hf.apply(model, [[s or T] * 4 for s in slides], sinks=2)
+        got = model(ids).logits
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    kept = [list(m.aah_sinks) for m in model_layout.layout(model).modules]
+    assert kept == [[0 if s else 2] * 4 for s in slides]  # w = T: sink_slots makes them idle
 
 
 def test_layer_scaling_is_honoured() -> None:

@@ -65,6 +65,28 @@ def test_greedy_with_the_cache_equals_full_recompute(family: str, sinks) -> None
     assert torch.equal(out, recompute(model, ids, new))
 
 
+def test_a_sliding_layer_holds_sinks_only_where_the_plan_cuts_below_its_window() -> None:
+    # Gemma 3's tiny config: layer 0 slides at 16, layer 1 sees everything. KV heads pair query
+    # heads (0, 1) and (2, 3): on layer 0, the pair at 32 >= 16 holds its 16 keys and no sinks.
+    from aah.attention.kv_bytes import full_kv_bytes, plan_kv_bytes
+    from aah.integrations.hf.model_layout import kv_shape
+
+    model = tiny_model("gemma3_text")
+    plan, sinks = [[32, 32, 4, 4], [6, 6, 40, 40]], 2
+    hf.apply(model, plan, sinks=sinks)
+    batch, prompt, new, dim = 2, 30, 11, 16
+    t = prompt + new - 1
+    cache = PerHeadCache(model, max_cache_len=t)
+    out = greedy(model, torch.stack(prompts([prompt] * batch)), new, cache)
+    assert torch.equal(out, recompute(model, torch.stack(prompts([prompt] * batch)), new))
+    per_head = [(0, 16), (2, 4), (2, 6), (0, 40)]  # (sinks, keys) per layer and KV head
+    expected = batch * sum(s + min(w, t) for s, w in per_head) * dim * 2 * 4
+    shape = kv_shape(model)
+    assert cache.nbytes() == expected == batch * plan_kv_bytes(plan, [[sinks] * 4] * 2, shape, t)
+    # the model's own cache: layer 0 keeps its 16 positions, layer 1 all t
+    assert full_kv_bytes(shape, t) == 2 * (16 + t) * dim * 2 * 4
+
+
 def test_kv_bytes_follow_the_formula_exactly() -> None:
     # Per layer and KV head: (sinks + min(w, t)) * D * 2 * itemsize, w and sinks the largest
     # of its query heads (GQA pairs (0, 1) and (2, 3)); t = positions held.

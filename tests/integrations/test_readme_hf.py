@@ -57,7 +57,7 @@ def test_the_readme_hf_example_runs(tmp_path, capsys) -> None:
     from aah.attention.kv_bytes import full_kv_bytes, plan_kv_bytes
     from aah.integrations.hf.model_layout import kv_shape
 
-    full = full_kv_bytes(kv_shape(model), len(plan.windows), plan.seq_len)
+    full = full_kv_bytes(kv_shape(model), plan.seq_len)
     held_by_plan = plan_kv_bytes(plan.windows, plan.sinks, kv_shape(model), plan.seq_len)
     assert plan.info["signal"] == "output+retrieval" and plan.info["whole_layers"] == [0]
     assert plan.sinks and held_by_plan <= 0.7 * full

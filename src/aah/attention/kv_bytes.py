@@ -9,8 +9,11 @@ one) keeps, per layer and KV head, S sink slots then a ring of C slots:
 
 After t positions it holds min(S, t) + min(C, t) positions of each KV head (`held_positions`),
 each D * 2 * itemsize bytes (keys and values). `plan_kv_bytes` is that count for one sequence
-with max_len = t = the plan's length, as the searches and the CLI predict it; a layer with a
-sliding window of its own (Mistral, Qwen) stores min(plan window, sliding window).
+with max_len = t = the plan's length, as the searches and the CLI predict it. A layer with a
+sliding window of its own (Mistral, Qwen, Gemma 3) stores min(plan window, sliding window), and
+a head whose plan window does not cut below that window attends as the model does: no sinks
+(`layer_sinks`). The full cache a KV fraction is taken of is the model's own (`full_kv_bytes`:
+each layer keeps min(T, its sliding window) positions, as transformers' DynamicCache does).
 """
 
 from __future__ import annotations
@@ -28,6 +31,13 @@ def kv_capacities(plan: Sequence[Sequence[int]], n_kv_head: int, max_len: int) -
         group = len(row) // n_kv_head
         caps.append([min(max(row[j * group : (j + 1) * group]), max_len) for j in range(n_kv_head)])
     return caps
+
+
+def layer_sinks(window: int, sinks: int, sliding: int | None) -> int:
+    """The sinks a head keeps on a layer with a sliding window of its own: none where its plan
+    window does not cut below that window (the head then attends exactly as the model does;
+    sinks there would show it keys it was never trained to see), else `sinks`."""
+    return 0 if sliding and window >= sliding else sinks
 
 
 def head_sinks(windows: Sequence[int], sinks: Sequence[int], max_len: int) -> list[int]:
@@ -79,7 +89,7 @@ def kv_head_bytes(window: int, sliding: int | None, sinks: int, seq_len: int, un
     """Bytes one KV head whose query heads all have `window` and `sinks` holds after seq_len
     positions (max_len = seq_len), its layer's `sliding` window applied; `unit` bytes each."""
     w = min(window, sliding) if sliding else window
-    return (sink_slots(w, sinks, seq_len) + min(w, seq_len)) * unit
+    return (sink_slots(w, layer_sinks(window, sinks, sliding), seq_len) + min(w, seq_len)) * unit
 
 
 def plan_kv_bytes(
@@ -94,12 +104,21 @@ def plan_kv_bytes(
         [min(w, cap) if cap else w for w in row]
         for row, cap in zip(windows, shape.sliding, strict=True)
     ]
-    sink_rows = [[0] * len(r) for r in capped] if sinks is None else [list(r) for r in sinks]
+    sink_rows = (
+        [[0] * len(r) for r in capped]
+        if sinks is None
+        else [
+            [layer_sinks(w, s, cap) for w, s in zip(row, srow, strict=True)]
+            for row, srow, cap in zip(windows, sinks, shape.sliding, strict=True)
+        ]
+    )
     caps = kv_capacities(capped, shape.n_kv_head, seq_len)
     slots = kv_sinks(capped, sink_rows, shape.n_kv_head, seq_len)
     return held_positions(caps, slots, seq_len) * shape.position_bytes
 
 
-def full_kv_bytes(shape: KVShape, n_layer: int, seq_len: int) -> int:
-    """Bytes of a cache that keeps every position of every KV head (DynamicCache)."""
-    return n_layer * shape.n_kv_head * seq_len * shape.position_bytes
+def full_kv_bytes(shape: KVShape, seq_len: int) -> int:
+    """Bytes of the model's own cache after seq_len positions (transformers' DynamicCache):
+    every position of every KV head, within each layer's own sliding window."""
+    held = sum(min(seq_len, cap) if cap else seq_len for cap in shape.sliding)
+    return held * shape.n_kv_head * shape.position_bytes

@@ -188,7 +188,7 @@ def kv_line(held: int, positions: int, limits: Any) -> str:
     """What the per-head cache held after `positions` positions against a full cache's."""
     from aah.attention.kv_bytes import full_kv_bytes
 
-    full = full_kv_bytes(limits.kv, limits.n_layer, positions)
+    full = full_kv_bytes(limits.kv, positions)
     return (
         f"KV cache: {held / MB:.3f} MB held after {positions} positions, of the full cache's "
         f"{full / MB:.3f} MB (KV share {held / full:.3f}); {held} of {full} bytes"

@@ -48,7 +48,7 @@ def budgets(
 
         if limits is None:
             return None, None, None
-        full = full_kv_bytes(limits.kv, limits.n_layer, t)
+        full = full_kv_bytes(limits.kv, t)
         kv = max(1, int(args.kv_fraction * full))
         return None, kv, f"--kv-fraction {args.kv_fraction:g} ({kv / MB:.6g} MB)"
     return (DEFAULT_BUDGET if args.budget is None else args.budget), None, None
@@ -149,7 +149,7 @@ def _search_loaded(
         model, text, budget, kv_budget=kv_budget, signal=args.signal, suffix=args.suffix,
         whole_layers=args.whole_layers, progress=True, **options,
     )  # fmt: skip
-    full = full_kv_bytes(limits.kv, limits.n_layer, t)
+    full = full_kv_bytes(limits.kv, t)
     print_search_summary(plan, limits, full, args.sinks, kv_budget is not None)
     info = plan.info
     summary: dict[str, Any] = {
@@ -257,7 +257,7 @@ def _apply_loaded(
         planned = perplexity(model, batches)
     cov = coverage(plan.windows, t, plan.sinks).causal
     kv = plan_kv_bytes(plan.windows, plan.sinks, limits.kv, t)
-    full = full_kv_bytes(limits.kv, limits.n_layer, t)
+    full = full_kv_bytes(limits.kv, t)
     print(f"perplexity without plan: {base:.4f}")
     print(f"perplexity with plan:    {planned:.4f} ({100 * (planned / base - 1):+.3f}%)")
     print(f"causal coverage at T={t}: {cov:.4f}")

@@ -103,7 +103,7 @@ class Budget:
         """The KV-byte budget of `fraction` (in (0, 1]) of the full cache's bytes at seq_len."""
         if isinstance(fraction, bool) or not math.isfinite(fraction) or not 0 < fraction <= 1:
             raise ValueError(f"kv_fraction must be in (0, 1], got {fraction}")
-        kv = max(1, int(fraction * full_kv_bytes(shape, n_layer, seq_len)))
+        kv = max(1, int(fraction * full_kv_bytes(shape, seq_len)))
         return cls(seq_len, n_layer, n_head, kv_bytes=kv, sinks=sinks, shape=shape)
 
     @property
@@ -155,8 +155,9 @@ class Budget:
 
     @property
     def full_bytes(self) -> int:
-        """Bytes of a cache keeping every position (0 when bytes are not counted)."""
-        return full_kv_bytes(self.kv_shape, self.n_layer, self.seq_len)
+        """Bytes of the model's own full cache: every position, within each layer's own
+        sliding window (0 when bytes are not counted)."""
+        return full_kv_bytes(self.kv_shape, self.seq_len)
 
     def bytes_of(self, plan: Plan | None) -> int:
         """KV bytes of `plan` with the budget's sinks at seq_len (None: the full cache)."""

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from aah.attention.kv_bytes import layer_sinks
 from aah.attention.registry import BACKENDS
 from aah.integrations.hf.attention import (
     BACKEND_ATTR,
@@ -25,7 +26,7 @@ from aah.integrations.hf.attention import (
     aah_attention_forward,
 )
 from aah.integrations.hf.masks import aah_mask
-from aah.integrations.hf.model_layout import Layout, layout, require_transformers
+from aah.integrations.hf.model_layout import Layout, layout, require_transformers, sliding_windows
 from aah.plan import Plan, check_plan
 from aah.validate import is_int
 
@@ -93,7 +94,9 @@ def apply(model: torch.nn.Module, plan: Any, *, backend: str = "auto", sinks: An
             (and optionally `.sinks`).
         backend: the `windowed_attention` backend for prefill ("auto" picks per device).
         sinks: attention sinks, one int for every head or [layer][head] ints >= 0; None takes
-            the plan's `.sinks` if it has them, else none. Query i also sees keys j < s.
+            the plan's `.sinks` if it has them, else none. Query i also sees keys j < s. On a
+            layer with a sliding window of its own, a head whose window is not below it keeps
+            no sinks: it attends exactly as the model does.
 
     Raises:
         ValueError: unsupported family, a plan or sinks whose shape differs from the model,
@@ -108,14 +111,16 @@ def apply(model: torch.nn.Module, plan: Any, *, backend: str = "auto", sinks: An
         raise ValueError(
             f"unknown backend {backend!r}; choose auto or one of {', '.join(BACKENDS)}"
         )
+    slides = sliding_windows(model)
     for i, (module, row) in enumerate(zip(lay.modules, windows, strict=True)):
         setattr(module, WINDOWS_ATTR, tuple(row))
         setattr(module, BACKEND_ATTR, backend)
         if sink_rows is None:
             if hasattr(module, SINKS_ATTR):
                 delattr(module, SINKS_ATTR)
-        else:
-            setattr(module, SINKS_ATTR, tuple(sink_rows[i]))
+        else:  # a head the plan does not cut below its layer's own window keeps no sinks
+            kept = (layer_sinks(w, s, slides[i]) for w, s in zip(row, sink_rows[i], strict=True))
+            setattr(module, SINKS_ATTR, tuple(kept))
     current = implementation(model)
     if current != IMPLEMENTATION:
         setattr(model, PREVIOUS_ATTR, current)
