@@ -9,7 +9,8 @@
 For decoding that keeps only each head's window and sinks, pass a `hf.cache.PerHeadCache`
 (`hf.per_head_cache(model, max_cache_len)`) to `generate`.
 
-Supported families (config.model_type): GPT-2, Llama, Mistral, Qwen2, Qwen3, GQA included.
+Supported families (config.model_type): GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma 3 (GQA
+included).
 `apply` registers the "aah" attention function (`hf.attention.aah_attention_forward`) and its
 mask builder, stores each layer's windows on its attention module (`module.aah_windows`), and
 switches the model's attention implementation to "aah". Registration is global in transformers

@@ -9,9 +9,10 @@ update; Hq % Hkv == 0 and query head h reads KV head h // (Hq // Hkv). It return
 Per-head windows come from the module: `module.aah_windows` holds one int per query head
 (None = full causal) and `module.aah_sinks` one sink count per query head (absent: none), set by
 `aah.integrations.hf.apply`. Query at real position p with window w and s sinks sees keys
-p - w < j <= p and j < s. A layer's own `sliding_window` kwarg (Mistral, Qwen sliding layers)
-uses the same convention, so the effective window is min(w, sliding_window) (under a general
-mask transformers' own sliding mask, counted in slots, applies as well).
+p - w < j <= p and j < s. A layer's own `sliding_window` kwarg (Mistral, Qwen and Gemma 3
+sliding layers) uses the same convention, so the effective window is min(w, sliding_window)
+(under a general mask transformers' own sliding mask, counted in slots, applies as well); a
+head whose plan window is not below it was given no sinks (`hf.apply`).
 
 Every mask transformers builds or a caller passes is accepted (`hf.masks`): the windows and
 sinks count over the keys the mask allows each query, in slot order, so a row's window is its w

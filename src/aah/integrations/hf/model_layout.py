@@ -77,8 +77,8 @@ def decoder_layers(model: torch.nn.Module) -> Sequence[torch.nn.Module]:
 
 
 def sliding_windows(model: torch.nn.Module) -> list[int | None]:
-    """Each layer's own sliding window (Mistral, Qwen sliding layers), None where it has none:
-    the cap `PerHeadCache` puts on that layer's rings."""
+    """Each layer's own sliding window (Mistral, Qwen and Gemma 3 sliding layers), None where
+    it has none: the cap `PerHeadCache` puts on that layer's rings."""
     config = model.config
     caps = []
     for module in layout(model).modules:

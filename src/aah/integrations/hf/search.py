@@ -20,9 +20,10 @@ heads of the chosen attention mass, for a signal whose unit is "mass", else None
 "loss" unit, else None) and `floor` (the floor window, only when one was given). Older plan
 files (the searched-plan format with `sinks: null`) load the same way (`WindowPlan.load`).
 
-Layers with a sliding window of their own (Mistral, Qwen sliding layers) are measured and
-costed in coverage as if full causal (at run time they see min(plan window, sliding window));
-their KV bytes count the capped window, as `PerHeadCache` stores it.
+Layers with a sliding window of their own (Mistral, Qwen and Gemma 3 sliding layers) are
+measured and costed in coverage as if full causal (at run time they see min(plan window,
+sliding window)); their KV bytes count the capped window, and sinks only on heads cut below
+it, as `PerHeadCache` stores them.
 """
 
 from __future__ import annotations
