@@ -16,6 +16,7 @@ from aah.attention.kv_bytes import KVShape, full_kv_bytes, plan_kv_bytes
 from aah.controller.allocate import Budget, allocate, kv_head_costs, uniform_window
 from aah.controller.budget import allocate_budget
 from aah.integrations.hf.search import plan_from_costs, plan_from_mass
+from aah.plan import WindowPlan
 from aah.posthoc.plans import budgeted_plan
 from aah.posthoc.plans import uniform_window as posthoc_uniform
 
@@ -36,14 +37,20 @@ SINKLESS = [c for c in GOLDENS["hf"] if not c["sinks"]]
 WITH_SINKS = [c for c in GOLDENS["hf"] if c["sinks"]]
 
 
-@pytest.mark.parametrize("case", SINKLESS, ids=lambda c: f"{c['kind']}-{c['value']}")
-def test_hf_plans_from_mass_are_unchanged(case: dict) -> None:
+def golden_mass_plan(case: dict) -> tuple[WindowPlan, KVShape]:
+    """The plan `plan_from_mass` makes of a golden case today, and the case's KV shape."""
     shape = KVShape(2 if case["gqa"] else 4, 64, (None, 8, None))
     budget = None if case["kind"] == "kv" else case["value"]
     plan = plan_from_mass(
         array(case["mass"]), CANDS, T, budget, "m", sinks=case["sinks"],
         shape=None if case["kind"] == "plain" else shape, kv_budget=case["kv_budget"],
     )  # fmt: skip
+    return plan, shape
+
+
+@pytest.mark.parametrize("case", SINKLESS, ids=lambda c: f"{c['kind']}-{c['value']}")
+def test_hf_plans_from_mass_are_unchanged(case: dict) -> None:
+    plan, _ = golden_mass_plan(case)
     assert plan.windows == case["windows"]
     for key in ("coverage", "lost_mass", "kv_bytes", "budget"):
         assert plan.info[key] == case[key], key
@@ -51,12 +58,7 @@ def test_hf_plans_from_mass_are_unchanged(case: dict) -> None:
 
 @pytest.mark.parametrize("case", WITH_SINKS, ids=lambda c: f"{c['kind']}-{c['value']}")
 def test_hf_plans_with_sinks_keep_their_budget(case: dict) -> None:
-    shape = KVShape(2 if case["gqa"] else 4, 64, (None, 8, None))
-    budget = None if case["kind"] == "kv" else case["value"]
-    plan = plan_from_mass(
-        array(case["mass"]), CANDS, T, budget, "m", sinks=case["sinks"],
-        shape=None if case["kind"] == "plain" else shape, kv_budget=case["kv_budget"],
-    )  # fmt: skip
+    plan, shape = golden_mass_plan(case)
     sinks = [[case["sinks"]] * 4] * 3
     if case["kind"] == "kv":
         assert plan.info["kv_bytes"] == plan_kv_bytes(plan.windows, sinks, shape, T)
@@ -67,14 +69,20 @@ def test_hf_plans_with_sinks_keep_their_budget(case: dict) -> None:
         assert plan.info["lost_mass"] == case["lost_mass"]
 
 
-@pytest.mark.parametrize(
-    "case", [c for c in GOLDENS["hf_loss"] if not c["sinks"]], ids=lambda c: f"{c['kind']}"
-)
+@pytest.mark.parametrize("case", GOLDENS["hf_loss"], ids=lambda c: f"{c['kind']}-{c['sinks']}")
 def test_hf_plans_from_loss_costs_are_unchanged(case: dict) -> None:
     shape = KVShape(2, 64, (None, 8, None))
     cap = Budget(T, 3, 4, None if case["kv_budget"] else case["value"], case["kv_budget"],
                  case["sinks"], shape)  # fmt: skip
     plan = plan_from_costs(array(case["costs"]), CANDS, cap, "m", signal="loss", unit="loss")
+    if case["sinks"]:  # recorded under the old sliding-layer rule (see SINKLESS): its budget
+        sinks = [[case["sinks"]] * 4] * 3
+        assert plan.info["kv_bytes"] == plan_kv_bytes(plan.windows, sinks, shape, T)
+        if case["kv_budget"]:
+            assert plan.info["kv_bytes"] <= case["kv_budget"]
+        else:
+            assert plan.info["coverage"] <= case["value"] + 1e-12
+        return
     assert plan.windows == case["windows"]
     for key in ("coverage", "loss_increase", "kv_bytes", "budget"):
         assert plan.info[key] == case[key], key
