@@ -36,7 +36,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from aah.integrations.hf.calibration_mix import TOPICS_FILE, calibration_paths, stdlib_root
-from aah.integrations.hf.data import encode
+from aah.integrations.hf.data import encode, prompt_prefix
 from aah.integrations.hf.text_blocks import (
     FILE_SEPARATOR,
     Block,
@@ -194,12 +194,14 @@ def kind_blocks(
     vocab_size: int | None = None,
 ) -> list[Block]:
     """`per_kind` blocks of `seq_len` tokens of every named kind (kinds in the given order),
-    drawn across files and sources (`hf.text_blocks.draw_blocks`)."""
+    drawn across files and sources (`hf.text_blocks.draw_blocks`), each starting with the
+    tokenizer's BOS where it adds one (`hf.data.prompt_prefix`), as a user's prompt does."""
     out: list[Block] = []
+    prefix = prompt_prefix(tokenizer)
     for name in check_kinds(names):
         docs = build_documents(kind_files(name), lambda s: encode(s, tokenizer, vocab_size),
                                seq_len)  # fmt: skip
-        out += draw_blocks(docs, seq_len, per_kind, seed=seed)
+        out += draw_blocks(docs, seq_len, per_kind, seed=seed, prefix=prefix)
     return out
 
 

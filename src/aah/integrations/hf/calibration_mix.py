@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from aah.integrations.hf.data import encode
+from aah.integrations.hf.data import encode, prompt_prefix
 from aah.integrations.hf.text_blocks import Block, TextFile, build_documents, draw_blocks
 
 #: single-file standard-library modules read as the mix's Python source (all present in
@@ -72,17 +72,19 @@ def calibration_blocks(
 ) -> list[Block]:
     """`n_blocks` blocks of `seq_len` tokens of the mix with their provenance, alternating
     prose and python (prose first). Token ids from `tokenizer`, or UTF-8 bytes without one
-    (`hf.data.encode`)."""
+    (`hf.data.encode`); each block starts with the tokenizer's BOS where it adds one
+    (`hf.data.prompt_prefix`), as a prompt of that text would."""
     if n_blocks < 1:
         raise ValueError(f"n_blocks must be >= 1, got {n_blocks}")
     files = calibration_files()
+    prefix = prompt_prefix(tokenizer)
     drawn = {}
     for i, kind in enumerate(KINDS):
         want = len(range(i, n_blocks, len(KINDS)))
         if want:
             docs = build_documents([f for f in files if f.kind == kind],
                                    lambda s: encode(s, tokenizer, vocab_size), seq_len)  # fmt: skip
-            drawn[kind] = iter(draw_blocks(docs, seq_len, want, seed=seed))
+            drawn[kind] = iter(draw_blocks(docs, seq_len, want, seed=seed, prefix=prefix))
     return [next(drawn[KINDS[i % len(KINDS)]]) for i in range(n_blocks)]
 
 

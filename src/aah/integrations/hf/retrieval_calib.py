@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from aah.integrations.hf.data import encode
+from aah.integrations.hf.data import encode, prompt_prefix
 
 PEOPLE = ("Oliver", "Mia", "Noah", "Zoe", "Liam", "Nora", "Ethan", "Ruby")
 PETS = ("cat", "dog", "parrot", "rabbit", "turtle", "horse", "goat", "owl")
@@ -66,7 +66,8 @@ def retrieval_prompts(
     """`n` prompts of T tokens each, answer included (T = the blocks' length, so a window of T
     is full attention), prompt i built on block i % len(blocks): its first
     T - len(fact + question + answer) tokens with the fact inserted at depth i / (n - 1)
-    (0 = the start, farthest from the question), then the question, then the answer. Kinds
+    (0 = the start, farthest from the question; after the tokenizer's BOS where the block
+    starts with it), then the question, then the answer. Kinds
     alternate (access code first). Seeded.
 
     ValueError for no blocks, `n` < 1, blocks of unequal length, or a T too short for the fact
@@ -81,6 +82,7 @@ def retrieval_prompts(
         raise ValueError(f"calibration blocks differ in length: {sorted(lengths)}")
     (seq_len,) = lengths
     rng = random.Random(seed)
+    prefix = prompt_prefix(tokenizer)
     prompts = []
     for i in range(n):
         depth = i / (n - 1) if n > 1 else 0.0
@@ -92,7 +94,8 @@ def retrieval_prompts(
                 f"{len(fact) + len(question) + len(answer)} tokens"
             )
         text = blocks[i % len(blocks)].reshape(-1)[:hay].tolist()
-        off = round(depth * hay)
+        keep = len(prefix) if text[: len(prefix)] == prefix else 0  # the BOS stays first
+        off = keep + round(depth * (hay - keep))
         ids = text[:off] + fact + text[off:] + question + answer
         rows = list(range(seq_len - len(answer) - 1, seq_len - 1))
         prompts.append(RetrievalPrompt(torch.tensor(ids).view(1, -1), rows, depth))

@@ -10,6 +10,12 @@
    within the budget; with `floor`, no KV head goes below that share of the uniform window at
    the same budget.
 
+3. With `choose` (the default), every setting left open (sinks, whole layers, a floor) is
+   tried over a small grid (`hf.plan_candidates`), one uniform window per sink count joins the
+   allocations, and each candidate runs whole on held-out blocks: the plan whose next-token
+   distributions move least from full attention is returned (`hf.plan_choice`), so the
+   search never returns a plan that one window beats there.
+
 The plan is a `WindowPlan` (windows, sinks, seq_len = the calibration length T) whose `info`
 records the search: `budget` (a coverage, or bytes), `budget_unit` ("coverage" or
 "kv_bytes"), `coverage` (causal, at T, sinks included), `kv_bytes` (what `PerHeadCache` holds
@@ -17,7 +23,8 @@ per sequence after T positions; None for a plan of costs given without the model
 `candidates`, `model` (its class name), `signal` (its name), `lost_mass` (the mean over query
 heads of the chosen attention mass, for a signal whose unit is "mass", else None),
 `loss_increase` (the summed single-KV-head loss rises of the chosen windows in nats, for a
-"loss" unit, else None) and `floor` (the floor window, only when one was given). Older plan
+"loss" unit, else None), `floor` (the floor window, only when there is one) and `choice` (with
+`choose`: the objective, the held-out blocks, every candidate's score and the one chosen). Older plan
 files (the searched-plan format with `sinks: null`) load the same way (`WindowPlan.load`).
 
 Layers with a sliding window of their own (Mistral, Qwen and Gemma 3 sliding layers) are
@@ -50,13 +57,18 @@ from aah.integrations.hf.cut_loss import chosen_cost
 from aah.integrations.hf.data import TextLike, token_batches
 from aah.integrations.hf.load import resolve_tokenizer
 from aah.integrations.hf.model_layout import kv_shape, layout
+from aah.integrations.hf.plan_candidates import DEFAULT_FLOORS, uniform_plan, variants
+from aah.integrations.hf.plan_choice import choose as choose_plan
 from aah.integrations.hf.signal_registry import make_signal, signal_factory, signal_names
 from aah.integrations.hf.signals import SearchContext, Signal
 from aah.plan import WindowPlan
+from aah.validate import check_int
 
 DEFAULT_SEQ_LEN = 512
 #: blocks of the shipped mix a search reads when given no text
 MIX_BLOCKS = 8
+#: further blocks of the mix the choice judges candidate plans on
+HELD_OUT_BLOCKS = 4
 #: search-wide options passed to the signals that take them (ignored by the others)
 SHARED_OPTIONS = ("sample_queries",)
 
@@ -244,11 +256,12 @@ def search_plan(
     kv_budget: int | None = None,
     kv_fraction: float | None = None,
     signal: str | Signal = "output",
-    sinks: int = 0,
+    sinks: int | None = None,
     seq_len: int | None = None,
     candidates: Sequence[int] | None = None,
-    floor: float = 0.0,
-    whole_layers: Sequence[int] = (),
+    floor: float | None = None,
+    whole_layers: Sequence[int] | None = None,
+    choose: bool = True,
     batch_size: int = 1,
     max_batches: int | None = None,
     seed: int = 0,
@@ -257,14 +270,25 @@ def search_plan(
     sample_queries: int | None = None,
     suffix: int | None = None,
 ) -> WindowPlan:
-    """Measure a signal on `calib`, then allocate windows per KV head (module docstring).
+    """Measure a signal on `calib`, allocate windows per KV head (module docstring), and
+    (with `choose`, the default) keep the candidate plan the model itself does best with.
+
+    The choice (`hf.plan_candidates`, `hf.plan_choice`): every setting of `sinks`,
+    `whole_layers` and `floor` left as None is tried over a small grid (0 or 4 sinks; no
+    whole layer or the first; no floor or half the uniform window), each an allocation on the
+    signal, and one uniform window per sink count joins them. Each candidate runs whole on
+    held-out blocks (4 more blocks of the shipped mix; a quarter of the user's blocks), and
+    the one whose next-token distributions move least from full attention (mean KL) is
+    returned, with `info["choice"]` recording every candidate's score. A plan no better than
+    one window there is never returned: the window is.
 
     Args:
         model: a supported transformers causal LM; left as it was on return.
-        calib: calibration text or token ids (see `hf.data`); None (the default): the
+        calib: calibration text or token ids (see `hf.data`; text blocks start with the
+            tokenizer's BOS where it adds one, as a prompt does); None (the default): the
             shipped calibration mix (`hf.calibration_mix`: English reference prose and Python
             source from the running Python's standard library), `max_batches` blocks of T
-            tokens (8 when not given).
+            tokens (8 when not given), and 4 held-out blocks for the choice.
         budget: the plan's causal coverage cap (sinks included), in (0, 1]; or
         kv_budget: the cap on KV bytes per sequence after T positions; or
         kv_fraction: that cap as a fraction in (0, 1] of the full cache's bytes at T (one of
@@ -272,24 +296,26 @@ def search_plan(
         signal: a signal's name (`signal_names()`) or a `Signal` object carrying its own
             options (`Output(sample_queries=32)`, `SuffixLoss(suffix=64)`, `Blend(...)`).
             "output" (the default): the squared change of each head's residual-stream
-            contribution, `hf.output_error`, one pass; the allocation that beat one uniform
-            window on every kind of text measured (docs/pretrained.md). "mass": attention mass
-            beyond each window, one pass. "output+retrieval": the output signal blended,
-            equally weighted, with the same change measured at the answer rows of 16
-            retrieval prompts built on the calibration text. "loss": the loss rise of cutting
-            each KV head alone to each window, one pass per (KV head, candidate < T),
-            `hf.cut_loss`. "suffix-loss": the same rise over the last tokens of each block,
-            the context before them frozen at full attention, `hf.suffix_loss`.
-        sinks: attention sinks of every head, measured and costed (default 0: none).
+            contribution, `hf.output_error`, one pass. "mass": attention mass beyond each
+            window, one pass. "output+retrieval": the output signal blended, equally
+            weighted, with the same change measured at the answer rows of 16 retrieval
+            prompts built on the calibration text. "loss": the loss rise of cutting each KV
+            head alone to each window, one pass per (KV head, candidate < T), `hf.cut_loss`.
+            "suffix-loss": the same rise over the last tokens of each block, the context
+            before them frozen at full attention, `hf.suffix_loss`.
+        sinks: attention sinks of every head, measured and costed; None (the default): chosen
+            (0 or 4) with `choose`, else 0.
         seq_len: calibration length T (default 512, capped by the model and the data).
         candidates: ascending windows (default `default_candidates(T)`).
         floor: a share in [0, 1] of the uniform window at the same budget that every KV head
-            keeps at least (that window is measured and is a choice; default 0: no floor).
+            keeps at least (that window is measured and is a choice); None (the default):
+            chosen (0 or 0.5) with `choose`, else 0.
         whole_layers: layers whose KV heads all keep full attention, paid for out of the
-            budget first (e.g. [0] with "output+retrieval": on SmolLM2-135M facts stated at
-            the very start of a long prompt come back; docs/pretrained.md); default none.
-        progress: a progress bar over the calibration passes (None: when stderr is a
-            terminal).
+            budget first; None (the default): chosen (none or [0]) with `choose`, else none.
+        choose: judge the candidates end to end and return the best (default); False: the
+            one allocation of the settings given, as measured by the signal alone.
+        progress: progress bars over the calibration passes and the choice (None: when
+            stderr is a terminal).
         sample_queries: exact attention rows per head and batch, for the signals that sample
             rows (a shorthand for their own option; default theirs, 64).
         suffix: the tokens per block the "suffix-loss" signal scores (default T // 16); a
@@ -298,32 +324,85 @@ def search_plan(
     tokenizer = resolve_tokenizer(model, tokenizer)  # the one `load_model` tied, if not given
     if progress is None:
         progress = sys.stderr.isatty()
+    if not isinstance(choose, bool):
+        raise ValueError(f"choose must be True or False, got {choose!r}")
     measured = resolve_signal(signal, sample_queries=sample_queries, suffix=suffix)
     limit = {"budget": budget, "kv_budget": kv_budget, "kv_fraction": kv_fraction}
-    floor_window(search_budget(model, model_positions(model, seq_len), sinks, **limit), floor)
-    if calib is None:
-        calib = shipped_mix(model, tokenizer, seq_len, max_batches or MIX_BLOCKS)
+    settings = variants(sinks, whole_layers, floor, choose)
+    for v in settings:  # bad values fail before any measuring
+        check_int("sinks", v.sinks, minimum=0)
+        floor_window(search_budget(model, model_positions(model, seq_len), v.sinks, **limit),
+                     v.floor)  # fmt: skip
+    from_mix = calib is None
+    n_measure = max_batches or MIX_BLOCKS
+    if from_mix:
+        calib = shipped_mix(model, tokenizer, seq_len, n_measure + HELD_OUT_BLOCKS * choose)
     batches = calibration_batches(
-        model,
-        calib,
-        seq_len=seq_len,
-        batch_size=batch_size,
-        max_batches=max_batches,
-        tokenizer=tokenizer,
-    )
+        model, calib, seq_len=seq_len, batch_size=batch_size,
+        max_batches=None if from_mix else max_batches, tokenizer=tokenizer,
+    )  # fmt: skip
+    batches, held_out = _held_out(batches, choose, n_measure if from_mix else None, batch_size)
     t = batches[0].shape[1]
     cands = check_candidates(candidates) if candidates is not None else default_candidates(t)
-    cap = search_budget(model, t, sinks, **limit)
-    least = floor_window(cap, floor)
-    if least and least not in cands:
-        cands = sorted([*cands, least])
-    check_whole_layers(whole_layers, layout(model).n_layer, cands[-1], t)  # before measuring
-    context = SearchContext(sinks, seed, progress, tokenizer, seq_len=t)
-    costs = measured.measure(model, batches, cands, context)
-    return plan_from_costs(
-        costs, cands, cap, type(model).__name__, signal=measured.name, unit=measured.unit,
-        floor=least, whole_layers=whole_layers,
-    )  # fmt: skip
+    n_layer = layout(model).n_layer
+    for v in settings:
+        check_whole_layers(v.whole_layers, n_layer, cands[-1], t)  # before measuring
+    plans, costs_of = [], {}
+    for v in settings:
+        cap = search_budget(model, t, v.sinks, **limit)
+        least = floor_window(cap, v.floor)
+        own = sorted({*cands, least} - {0})
+        if v.sinks not in costs_of:  # one measurement per sink count, of every window needed
+            needed = sorted({*own, *(floor_window(cap, f) for f in DEFAULT_FLOORS)} - {0})
+            needed = needed if choose else own
+            context = SearchContext(v.sinks, seed, progress, tokenizer, seq_len=t)
+            costs_of[v.sinks] = (needed, measured.measure(model, batches, needed, context))
+        needed, costs = costs_of[v.sinks]
+        try:
+            plan = plan_from_costs(
+                costs[..., [needed.index(c) for c in own]], own, cap, type(model).__name__,
+                signal=measured.name, unit=measured.unit, floor=least,
+                whole_layers=v.whole_layers,
+            )  # fmt: skip
+        except ValueError:
+            if not choose:
+                raise
+            continue  # a setting this budget cannot pay for is no candidate
+        plans.append((v.name(measured.name), plan))
+    if not choose:
+        return plans[0][1]
+    for s in sorted({v.sinks for v in settings}):
+        window = uniform_plan(search_budget(model, t, s, **limit), type(model).__name__)
+        if window is not None:
+            plans.append((f"uniform, sinks {s}", window))
+    if not plans:
+        raise ValueError(f"no plan fits the budget ({limit}) at T={t}; give a larger budget")
+    scored = choose_plan(model, plans, held_out, progress=progress)
+    best = scored[0]
+    best.plan.info["choice"] = {
+        "objective": "mean KL(full || plan) of the next token, nats",
+        "held_out_blocks": sum(int(b.shape[0]) for b in held_out),
+        "held_out": "in-sample" if held_out is batches else "held-out",
+        "chosen": best.name,
+        "scores": {s.name: s.divergence for s in scored},
+    }
+    return best.plan
+
+
+def _held_out(
+    batches: list[torch.Tensor], choose: bool, n_measure: int | None, batch_size: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(measured, held-out) batches: the mix's blocks past `n_measure`, else the last quarter
+    of the user's blocks (at least one); a single batch is both (recorded as in-sample)."""
+    if not choose:
+        return batches, []
+    if n_measure is not None:
+        cut = -(-n_measure // batch_size)
+        return batches[:cut], batches[cut:]
+    if len(batches) < 2:
+        return batches, batches
+    cut = len(batches) - max(1, len(batches) // 4)
+    return batches[:cut], batches[cut:]
 
 
 def resolve_signal(signal: str | Signal, **options: Any) -> Signal:

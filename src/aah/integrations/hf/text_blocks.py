@@ -14,6 +14,7 @@ prefix order: asking for more blocks keeps the first ones.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from collections.abc import Callable, Iterator, Sequence
@@ -145,10 +146,27 @@ def block_order(
 
 
 def draw_blocks(
-    documents: Sequence[Document], seq_len: int, n: int, *, seed: int = 0
+    documents: Sequence[Document],
+    seq_len: int,
+    n: int,
+    *,
+    seed: int = 0,
+    prefix: Sequence[int] = (),
 ) -> list[Block]:
     """The first `n` blocks of `block_order`; a ValueError says how many the documents hold
-    when they hold fewer."""
+    when they hold fewer. With a `prefix` (a tokenizer's BOS: `hf.data.prompt_prefix`), each
+    block is the prefix then seq_len - len(prefix) tokens of its document, as a prompt of
+    that text would be read (the slots are cut at that shorter length)."""
+    prefix = tuple(int(i) for i in prefix)
+    if len(prefix) >= seq_len:
+        raise ValueError(f"a prefix of {len(prefix)} ids leaves no text in blocks of {seq_len}")
+    blocks = _draw(documents, seq_len - len(prefix), n, seed)
+    if not prefix:
+        return blocks
+    return [dataclasses.replace(b, ids=prefix + b.ids) for b in blocks]
+
+
+def _draw(documents: Sequence[Document], seq_len: int, n: int, seed: int) -> list[Block]:
     held = slot_count(documents, seq_len)
     if n < 1 or held < n:
         kinds = sorted({d.kind for d in documents})

@@ -1,0 +1,165 @@
+"""Does the library's default plan search beat one window on a model? The check a new user makes.
+
+    python -m experiments.scripts.default_vs_window --model M --out DIR --seq-len 2048 \\
+        --kv-fraction 0.3 --kinds python,prose,c --blocks-per-kind 12 --threads 2
+
+Plans, all at the same KV bytes (a fraction of the model's own full cache at T):
+- `default`: `aah.hf.search_plan(model, kv_fraction=F, seq_len=T)` with no other argument,
+  exactly as a user calls it (the shipped mix, the end-to-end choice);
+- `uniform-s0` / `uniform-s4`: one window for every head, the widest that fits, without
+  sinks and with 4 (StreamingLLM);
+- `full`: full attention (the gap's other end).
+
+Every block is scored as a prompt is read (BOS first where the tokenizer adds one) by its mean
+next-token loss. The baseline is the *better* window, the one of the two with the lower pooled
+mean on these very blocks (chosen after seeing them: a conservative baseline for the default).
+Differences are default minus that window, per kind and pooled, with intervals over documents
+(the blocks of one document are one unit, `experiments.pretrained.clusters`); Holm over the
+kinds. Cells (one loss per method and block) are appended as they finish, so a stopped run
+resumes; the search's plan is saved once and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+METHODS = ("full", "uniform-s0", "uniform-s4", "default")
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--seq-len", type=int, default=2048)
+    p.add_argument("--kv-fraction", type=float, default=0.3)
+    p.add_argument("--kinds", default="python,prose,c")
+    p.add_argument("--blocks-per-kind", type=int, default=12)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2)
+    return p.parse_args(argv)
+
+
+def window_plans(model: Any, t: int, fraction: float) -> dict[str, Any]:
+    from aah.integrations.hf.plan_candidates import uniform_plan
+    from aah.integrations.hf.search import search_budget
+
+    name = type(model).__name__
+    return {
+        f"uniform-s{s}": uniform_plan(search_budget(model, t, s, kv_fraction=fraction), name)
+        for s in (0, 4)
+    }
+
+
+def default_plan(model: Any, args: argparse.Namespace, cells: Any) -> Any:
+    from aah.integrations.hf.search import search_plan
+    from aah.plan import WindowPlan
+
+    path = args.out / "plans" / "default.json"
+    if path.exists():
+        return WindowPlan.load(path)
+    start = time.perf_counter()
+    plan = search_plan(model, kv_fraction=args.kv_fraction, seq_len=args.seq_len, progress=True)
+    cells.put("search_seconds", time.perf_counter() - start)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    plan.save(path)
+    return plan
+
+
+def score(args: argparse.Namespace) -> None:
+    import torch
+
+    from aah.integrations.hf.apply_plan import applied
+    from aah.integrations.hf.load import load_model
+    from experiments.pretrained.cells import CellStore
+    from experiments.pretrained.corpus import block_loss
+    from experiments.pretrained.kinds import kind_blocks
+
+    torch.set_num_threads(args.threads)
+    settings = {k: str(v) for k, v in vars(args).items() if k not in ("out", "threads")}
+    cells = CellStore(args.out / "cells.jsonl", settings)
+    model, tok = load_model(args.model)
+    kinds = args.kinds.split(",")
+    blocks = kind_blocks(tok, kinds, args.seq_len, args.blocks_per_kind, seed=args.seed,
+                         vocab_size=model.config.vocab_size)  # fmt: skip
+    plans = {"full": None, **window_plans(model, args.seq_len, args.kv_fraction)}
+    plans["default"] = default_plan(model, args, cells)
+    for name, plan in plans.items():
+        if plan is not None:
+            plan.save(args.out / "plans" / f"{name}.json")
+    records = [b.record() for b in blocks]
+    (args.out / "blocks.json").write_text(json.dumps(records, indent=1) + "\n")
+    for i, block in enumerate(blocks):
+        ids = torch.tensor(block.ids).view(1, -1)
+        for name, plan in plans.items():
+            key = f"{name}/{i}"
+            if key in cells:
+                continue
+            if plan is None:
+                cells.put(key, block_loss(model, ids))
+                continue
+            with applied(model, plan.windows, sinks=plan.sinks or 0):
+                cells.put(key, block_loss(model, ids))
+        print(f"block {i + 1}/{len(blocks)} ({block.kind}) scored", flush=True)
+    report(args, cells, blocks)
+
+
+def report(args: argparse.Namespace, cells: Any, blocks: list[Any]) -> None:
+    from aah.report.comparisons import holm
+    from experiments.pretrained.clusters import clustered_estimate
+
+    loss = {m: [cells.get(f"{m}/{i}") for i in range(len(blocks))] for m in METHODS}
+    pooled = {m: sum(v) / len(v) for m, v in loss.items()}
+    better = min(("uniform-s0", "uniform-s4"), key=pooled.__getitem__)
+    rows, results = [], {"better_window": better, "pooled_means": pooled, "kinds": {}}
+    groups = {kind: [i for i, b in enumerate(blocks) if b.kind == kind]
+              for kind in dict.fromkeys(b.kind for b in blocks)}  # fmt: skip
+    groups["pooled"] = list(range(len(blocks)))
+    for kind, idx in groups.items():
+        docs = [blocks[i].document for i in idx]
+        diff = [loss["default"][i] - loss[better][i] for i in idx]
+        gap = [loss[better][i] - loss["full"][i] for i in idx]
+        est, gap_est = clustered_estimate(diff, docs), clustered_estimate(gap, docs)
+        closed = -est.mean / gap_est.mean if gap_est.mean > 0 else float("nan")
+        results["kinds"][kind] = {
+            "blocks": len(idx), "documents": len(set(docs)), "diff": est.mean,
+            "ci": list(est.ci), "p": est.p, "window_gap": gap_est.mean,
+            "window_gap_ci": list(gap_est.ci), "gap_closed": closed,
+        }  # fmt: skip
+    kinds = [k for k in groups if k != "pooled"]
+    for kind, p in zip(kinds, holm([results["kinds"][k]["p"] for k in kinds]), strict=True):
+        results["kinds"][kind]["holm_p"] = p
+    for kind, r in results["kinds"].items():
+        rows.append(
+            f"| {kind} | {r['blocks']} / {r['documents']} | {r['window_gap']:+.4f} "
+            f"[{r['window_gap_ci'][0]:+.4f}, {r['window_gap_ci'][1]:+.4f}] | **{r['diff']:+.4f}** "
+            f"[{r['ci'][0]:+.4f}, {r['ci'][1]:+.4f}] | {r.get('holm_p', r['p']):.2g} | "
+            f"{r['gap_closed']:.0%} |"
+        )
+    plan = json.loads((args.out / "plans" / "default.json").read_text())
+    results["default_choice"] = plan.get("choice")
+    results["search_seconds"] = cells.get("search_seconds")
+    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    head = (
+        f"default plan minus the better window (`{better}`), nats per token; mean per document, "
+        "95% t interval over documents; p: Holm over the kinds (pooled: unadjusted)\n\n"
+        "| kind | blocks / documents | better window minus full | default minus window | p | "
+        "share of the window's gap closed |\n|---|---|---|---|---|---|"
+    )
+    means = ", ".join(f"{m} {v:.4f}" for m, v in pooled.items())
+    chosen = (results["default_choice"] or {}).get("chosen")
+    text = f"{head}\n" + "\n".join(rows) + f"\n\npooled means: {means}\n\ndefault chose: {chosen}\n"
+    (args.out / "table.md").write_text(text)
+    print(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    score(parse(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

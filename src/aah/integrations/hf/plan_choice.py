@@ -1,0 +1,126 @@
+"""A whole plan judged by what the model outputs: the end-to-end objective of the plan search.
+
+A signal prices each KV head's cut on its own, near that head (its layer's output change, or
+one cut's loss rise); the plans it leads to can still be bad as a whole: on Gemma 3 270M the
+output signal kept sliding layers whole and cut the three layers that read past 512 tokens to
+64, a plan 0.7 nats worse than one window of the same bytes. Here a candidate plan is run as a
+whole, and scored by how far the model's next-token distributions move from full attention:
+
+    divergence = mean over scored positions of KL(p_full || p_plan)   (nats per token)
+
+on held-out blocks (never the ones the signal measured on). The scored positions of a block
+of T tokens are `positions_per_block` evenly spaced ones from T/8 on, where windows cut; only
+their logits are computed (`logits_to_keep`), so a 262k-token vocabulary costs little.
+
+`choose` scores every candidate and keeps the lowest. Since one uniform window (with and
+without sinks) is always among the search's candidates, the plan returned is never worse than
+one window on the held-out blocks by this measure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from aah.integrations.hf.apply_plan import applied
+from aah.integrations.hf.model_layout import layout
+from aah.plan import WindowPlan, full_plan
+
+#: positions per block whose next-token distributions are compared
+POSITIONS_PER_BLOCK = 128
+
+
+def scored_positions(seq_len: int, count: int = POSITIONS_PER_BLOCK) -> torch.Tensor:
+    """(P,) evenly spaced positions in [T/8, T - 1]: the first T/8 tokens see nearly all of
+    their context under any window worth searching, so they would only dilute the score."""
+    if seq_len < 2:
+        raise ValueError(f"a block needs at least 2 tokens, got {seq_len}")
+    start = seq_len // 8
+    n = min(count, seq_len - start)
+    return torch.linspace(start, seq_len - 1, n).round().long().unique()
+
+
+def _log_probs(model: torch.nn.Module, ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """(B, P, V) float32 log-probabilities of the next token at `rows`."""
+    try:
+        logits = model(ids, logits_to_keep=rows).logits
+    except TypeError:  # a model whose forward has no logits_to_keep
+        logits = model(ids).logits[:, rows]
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+@dataclass
+class FullReference:
+    """The full-attention log-probabilities at each held-out block's scored positions,
+    computed once and compared with every candidate's."""
+
+    batches: Sequence[torch.Tensor]
+    rows: torch.Tensor
+    log_probs: list[torch.Tensor] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, batches: Sequence[torch.Tensor]) -> FullReference:
+        """The reference of `model` at full attention (each layer with its own sliding
+        window, if it has one) on `batches` (B, T)."""
+        if not batches:
+            raise ValueError("no held-out blocks to judge plans on")
+        t = int(batches[0].shape[1])
+        rows = scored_positions(t)
+        ref = cls(batches, rows)
+        device = next(model.parameters()).device
+        lay = layout(model)
+        with torch.no_grad(), applied(model, full_plan(lay.n_layer, lay.n_head, t), sinks=0):
+            ref.log_probs = [_log_probs(model, b.to(device), rows) for b in batches]
+        return ref
+
+    def divergence(self, model: torch.nn.Module, plan: WindowPlan) -> float:
+        """Mean KL(full || plan) in nats per scored token, `plan`'s windows and sinks applied
+        inside the call (the model is left as it was)."""
+        total, count = 0.0, 0
+        device = next(model.parameters()).device
+        with torch.no_grad(), applied(model, plan.windows, sinks=plan.sinks or 0):
+            for batch, full in zip(self.batches, self.log_probs, strict=True):
+                planned = _log_probs(model, batch.to(device), self.rows)
+                kl = (full.exp() * (full - planned)).sum(-1)
+                total += float(kl.double().sum())
+                count += kl.numel()
+        return total / count
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A candidate plan, what it was named in the search, and its divergence."""
+
+    name: str
+    plan: WindowPlan
+    divergence: float
+
+
+def choose(
+    model: torch.nn.Module,
+    candidates: Sequence[tuple[str, WindowPlan]],
+    held_out: Sequence[torch.Tensor],
+    *,
+    progress: bool = False,
+) -> list[Scored]:
+    """Every (name, plan) scored on `held_out` (module docstring), lowest divergence first;
+    ties keep the candidates' order. The model is left as it was."""
+    if not candidates:
+        raise ValueError("no candidate plans to choose from")
+    bar: Any = contextlib.nullcontext()
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(candidates), desc="judging plans", unit="plan")
+    with bar as tick:
+        reference = FullReference.of(model, held_out)
+        scored = []
+        for name, plan in candidates:
+            scored.append(Scored(name, plan, reference.divergence(model, plan)))
+            if tick is not None:
+                tick.update(1)
+    return sorted(scored, key=lambda s: s.divergence)
