@@ -109,7 +109,8 @@ def test_loss_signal_keeps_wide_the_head_the_loss_needs(monkeypatch) -> None:
         return table
 
     monkeypatch.setattr("aah.integrations.hf.cut_loss.measure_loss_costs", fake)
-    opts = {"seq_len": T, "candidates": CANDIDATES, "sinks": SINKS, "sample_queries": 16}
+    opts = {"seq_len": T, "candidates": CANDIDATES, "sinks": SINKS, "sample_queries": 16,
+            "choose": False}  # fmt: skip
     by_loss = search_plan(model, ids(), 0.5, signal="loss", **opts)
     by_mass = search_plan(model, ids(), 0.5, signal="mass", **opts)
     assert seen == {"candidates": CANDIDATES, "sinks": SINKS, "t": T}
@@ -139,7 +140,7 @@ def test_plan_from_costs_checks_the_table_shape() -> None:
 
 def test_cli_loss_search_writes_a_plan_that_apply_reads(tmp_path, capsys) -> None:
     model_dir, text, out = run_cli_search(
-        tmp_path, "--budget", "0.4", "--sinks", "2", "--signal", "loss",
+        tmp_path, "--budget", "0.4", "--sinks", "2", "--signal", "loss", "--no-choose",
         "--candidates", "4,8,16,32",
     )  # fmt: skip
     plan = WindowPlan.load(out)

@@ -85,7 +85,7 @@ def test_search_plan_end_to_end_with_gqa_leaves_the_model_as_it_was() -> None:
     ids = calib(seed=5)
     with torch.no_grad():
         before = model(ids).logits
-    plan = search_plan(model, ids, 0.4, seq_len=32, sample_queries=16)
+    plan = search_plan(model, ids, 0.4, seq_len=32, sample_queries=16, choose=False)
     assert plan.info["model"] == "LlamaForCausalLM" and plan.seq_len == 32
     assert plan.info["candidates"] == default_candidates(32)
     assert len(plan.windows) == 2 and all(len(row) == 4 for row in plan.windows)
@@ -96,7 +96,9 @@ def test_search_plan_end_to_end_with_gqa_leaves_the_model_as_it_was() -> None:
 
 
 def test_a_searched_plan_round_trips_exactly_with_its_record(tmp_path) -> None:
-    plan = search_plan(tiny_model("llama"), calib(), 0.4, seq_len=32, sample_queries=16)
+    plan = search_plan(
+        tiny_model("llama"), calib(), 0.4, seq_len=32, sample_queries=16, choose=False
+    )
     path = tmp_path / "plan.json"
     plan.save(path)
     assert WindowPlan.load(path) == plan  # floats in their shortest repr: exactly
@@ -179,7 +181,9 @@ def test_output_signal_keeps_the_planted_local_head_cheapest(planted) -> None:
 
 def test_output_signal_search_on_every_family(family: str) -> None:
     model = tiny_model(family)
-    plan = search_plan(model, calib(seed=7), 0.4, seq_len=32, sample_queries=16, signal="output")
+    plan = search_plan(
+        model, calib(seed=7), 0.4, seq_len=32, sample_queries=16, signal="output", choose=False
+    )
     assert plan.info["signal"] == "output" and plan.info["lost_mass"] is None
     assert plan.info["coverage"] <= 0.4 and len(plan.windows) == 2
     assert WindowPlan.from_data(json.loads(plan.to_json())) == plan
@@ -199,7 +203,7 @@ def test_output_plus_retrieval_search_allocates_on_the_blend_of_both_signals() -
 
     model, t = tiny_model("llama", max_position_embeddings=256), 128
     ids = torch.randint(0, VOCAB, (2, t), generator=torch.Generator().manual_seed(5))
-    plan = search_plan(model, ids, 0.5, seq_len=t, sinks=2, signal="output+retrieval",
+    plan = search_plan(model, ids, 0.5, seq_len=t, sinks=2, signal="output+retrieval", choose=False,
                        sample_queries=16)  # fmt: skip
     assert plan.info["signal"] == "output+retrieval" and plan.info["lost_mass"] is None
     assert WindowPlan.from_data(json.loads(plan.to_json())) == plan
@@ -217,7 +221,9 @@ def test_output_plus_retrieval_search_allocates_on_the_blend_of_both_signals() -
 
 def test_whole_layers_keep_full_attention_within_the_budget_and_are_recorded() -> None:
     model = tiny_model("llama")
-    plan = search_plan(model, calib(seed=5), 0.7, seq_len=32, sample_queries=16, whole_layers=[1])
+    plan = search_plan(
+        model, calib(seed=5), 0.7, seq_len=32, sample_queries=16, whole_layers=[1], choose=False
+    )
     assert plan.windows[1] == [32] * 4 and min(plan.windows[0]) < 32
     assert plan.info["whole_layers"] == [1] and plan.info["coverage"] <= 0.7
     assert WindowPlan.from_data(json.loads(plan.to_json())) == plan

@@ -28,7 +28,7 @@ from aah.integrations.hf.signals import Blend, Mass, Output, SearchContext, Sign
 
 T = 32
 CANDIDATES = [4, 8, 16, 32]
-OPTIONS = {"seq_len": T, "candidates": CANDIDATES, "sinks": 1, "max_batches": 2}
+OPTIONS = {"seq_len": T, "candidates": CANDIDATES, "sinks": 1, "max_batches": 2, "choose": False}
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,8 @@ def test_the_command_line_searches_with_a_registered_signal(toy, tmp_path) -> No
     folder = tmp_path / "llama"
     tiny_model("llama").save_pretrained(folder)
     out = tmp_path / "plan.json"
-    argv = ["plan", "search", str(folder), "--out", str(out), "--signal", "prefer-layer",
+    argv = ["plan", "search", str(folder), "--out", str(out), "--no-choose",
+            "--signal", "prefer-layer",
             "--seq-len", str(T), "--max-batches", "2", "--candidates", "4,8,16,32",
             "--sinks", "1", "--budget", "0.8", "--threads", "1"]  # fmt: skip
     assert main(argv) == 0

@@ -147,7 +147,7 @@ def test_search_plan_allocates_on_the_suffix_loss(model) -> None:
     calib = search_ids()
     plan = search_plan(
         model, calib, 0.4, sinks=SINKS, seq_len=T, candidates=CANDIDATES, signal="suffix-loss",
-        suffix=SUFFIX,
+        suffix=SUFFIX, choose=False,
     )  # fmt: skip
     costs = measure_suffix_loss_costs(
         model, [calib[:1], calib[1:]], CANDIDATES, suffix=SUFFIX, sinks=SINKS
@@ -161,7 +161,7 @@ def test_search_plan_allocates_on_the_suffix_loss(model) -> None:
     assert WindowPlan.from_data(json.loads(plan.to_json())) == plan
     assert search_plan(
         model, calib, 0.4, sinks=SINKS, seq_len=T, candidates=CANDIDATES,
-        signal=SuffixLoss(suffix=SUFFIX),
+        signal=SuffixLoss(suffix=SUFFIX), choose=False,
     ) == plan  # fmt: skip
     with pytest.raises(ValueError, match="suffix is not an option of the 'output' signal"):
         search_plan(model, calib, 0.4, seq_len=T, signal="output", suffix=SUFFIX)
@@ -190,6 +190,7 @@ def test_blocks_of_other_lengths_and_no_blocks_are_refused(model, batches) -> No
 def test_cli_suffix_loss_search_writes_its_plan(tmp_path, capsys) -> None:
     _, _, out = run_cli_search(
         tmp_path, "--budget", "0.4", "--sinks", "2", "--signal", "suffix-loss", "--suffix", "8",
+        "--no-choose",
         "--candidates", "4,8,16,32",
     )  # fmt: skip
     plan = WindowPlan.load(out)

@@ -115,10 +115,11 @@ def check_candidate_flag(candidates: list[int]) -> None:
 
 
 def check_budget_flags(
-    budget: float | None, kv_mb: float | None, sinks: int, kv_fraction: float | None = None
+    budget: float | None, kv_mb: float | None, sinks: int | None,
+    kv_fraction: float | None = None,
 ) -> None:
     """One budget at most (--budget in (0, 1], --budget-kv-mb > 0 or --kv-fraction in (0, 1))
-    and --sinks >= 0."""
+    and --sinks >= 0 (None: chosen by the search)."""
     given = {"--budget": budget, "--budget-kv-mb": kv_mb, "--kv-fraction": kv_fraction}
     named = [f"{flag} ({value})" for flag, value in given.items() if value is not None]
     if len(named) > 1:
@@ -131,7 +132,7 @@ def check_budget_flags(
         raise ValueError(
             f"--kv-fraction must be in (0, 1), got {kv_fraction} (1 would cut no head)"
         )
-    if sinks < 0:
+    if sinks is not None and sinks < 0:
         raise ValueError(f"--sinks must be >= 0, got {sinks}")
 
 

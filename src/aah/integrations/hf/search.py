@@ -23,9 +23,10 @@ per sequence after T positions; None for a plan of costs given without the model
 `candidates`, `model` (its class name), `signal` (its name), `lost_mass` (the mean over query
 heads of the chosen attention mass, for a signal whose unit is "mass", else None),
 `loss_increase` (the summed single-KV-head loss rises of the chosen windows in nats, for a
-"loss" unit, else None), `floor` (the floor window, only when there is one) and `choice` (with
-`choose`: the objective, the held-out blocks, every candidate's score and the one chosen). Older plan
-files (the searched-plan format with `sinks: null`) load the same way (`WindowPlan.load`).
+"loss" unit, else None), `floor` (the floor window, only when there is one) and `choice`
+(with `choose`: the objective, the held-out blocks, every candidate's score, the one chosen).
+Older plan files (the searched-plan format with `sinks: null`) load the same way
+(`WindowPlan.load`).
 
 Layers with a sliding window of their own (Mistral, Qwen and Gemma 3 sliding layers) are
 measured and costed in coverage as if full causal (at run time they see min(plan window,
@@ -346,8 +347,8 @@ def search_plan(
     cands = check_candidates(candidates) if candidates is not None else default_candidates(t)
     n_layer = layout(model).n_layer
     for v in settings:
-        check_whole_layers(v.whole_layers, n_layer, cands[-1], t)  # before measuring
-    plans, costs_of = [], {}
+        check_whole_layers(list(v.whole_layers), n_layer, cands[-1], t)  # before measuring
+    plans, costs_of, refused = [], {}, []
     for v in settings:
         cap = search_budget(model, t, v.sinks, **limit)
         least = floor_window(cap, v.floor)
@@ -364,19 +365,18 @@ def search_plan(
                 signal=measured.name, unit=measured.unit, floor=least,
                 whole_layers=v.whole_layers,
             )  # fmt: skip
-        except ValueError:
-            if not choose:
-                raise
-            continue  # a setting this budget cannot pay for is no candidate
+        except ValueError as err:
+            refused.append(err)  # a setting this budget cannot pay for is no candidate
+            continue
         plans.append((v.name(measured.name), plan))
+    if not plans:  # not one allocation fits: say why, rather than fall back unasked
+        raise refused[0]
     if not choose:
         return plans[0][1]
     for s in sorted({v.sinks for v in settings}):
         window = uniform_plan(search_budget(model, t, s, **limit), type(model).__name__)
         if window is not None:
             plans.append((f"uniform, sinks {s}", window))
-    if not plans:
-        raise ValueError(f"no plan fits the budget ({limit}) at T={t}; give a larger budget")
     scored = choose_plan(model, plans, held_out, progress=progress)
     best = scored[0]
     best.plan.info["choice"] = {

@@ -1,0 +1,154 @@
+"""The end-to-end choice of the plan search (`hf.plan_choice`, `hf.plan_candidates`): plans are
+judged by the KL of the model's next-token distributions from full attention on held-out
+blocks, checked here against the same KL computed by hand from two plain forwards."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from hf_models import tiny_model
+
+from aah.integrations.hf.apply_plan import applied
+from aah.integrations.hf.plan_candidates import DEFAULT_SINKS, Variant, variants
+from aah.integrations.hf.plan_choice import FullReference, choose, scored_positions
+from aah.integrations.hf.search import search_plan
+from aah.integrations.hf.signals import SearchContext
+from aah.plan import WindowPlan
+
+T = 32
+CANDIDATES = [4, 8, 16, 32]
+
+
+def blocks(n: int, seed: int = 11) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 200, (1, T), generator=gen) for _ in range(n)]
+
+
+def kl_by_hand(model, plan: WindowPlan, batches) -> float:  # type: ignore[no-untyped-def]
+    """Mean KL(full || plan) at the scored rows, from whole-sequence logits of the model as it
+    loads (SDPA) and under the plan."""
+    rows = scored_positions(T)
+    total, count = 0.0, 0
+    for ids in batches:
+        with torch.no_grad():
+            full = torch.log_softmax(model(ids).logits[:, rows].double(), -1)
+            with applied(model, plan.windows, sinks=plan.sinks or 0):
+                cut = torch.log_softmax(model(ids).logits[:, rows].double(), -1)
+        kl = (full.exp() * (full - cut)).sum(-1)
+        total, count = total + float(kl.sum()), count + kl.numel()
+    return total / count
+
+
+def plan_of(windows: list[list[int]], sinks: int = 0) -> WindowPlan:
+    return WindowPlan.of(windows, [[sinks] * len(windows[0])] * len(windows) if sinks else None, T)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_divergence_equals_the_kl_of_two_plain_forwards(family: str) -> None:
+    model = tiny_model(family, max_position_embeddings=64)
+    held = blocks(2)
+    reference = FullReference.of(model, held)
+    n_layer, n_head = model.config.num_hidden_layers, model.config.num_attention_heads
+    cut = plan_of([[4] * n_head] * n_layer, sinks=1)
+    assert reference.divergence(model, cut) == pytest.approx(kl_by_hand(model, cut, held), rel=1e-3)
+    assert reference.divergence(model, cut) > 1e-4
+    whole = plan_of([[T] * n_head] * n_layer)
+    assert abs(reference.divergence(model, whole)) < 1e-5  # a plan that cuts nothing
+    assert model.config._attn_implementation == "sdpa"  # left as it was
+
+
+def test_scored_positions_skip_the_first_eighth_and_end_at_the_last() -> None:
+    rows = scored_positions(2048)
+    assert rows[0] == 256 and rows[-1] == 2047 and len(rows) == 128
+    assert scored_positions(16).tolist() == list(range(2, 16))
+    with pytest.raises(ValueError, match="at least 2 tokens, got 1"):
+        scored_positions(1)
+
+
+def test_choose_ranks_by_divergence_and_refuses_no_candidates() -> None:
+    model = tiny_model("llama")
+    held = blocks(2)
+    plans = [("narrow", plan_of([[4] * 4] * 2)), ("wide", plan_of([[16] * 4] * 2)),
+             ("whole", plan_of([[T] * 4] * 2))]  # fmt: skip
+    scored = choose(model, plans, held)
+    assert scored[0].name == "whole"
+    assert [s.divergence for s in scored] == sorted(s.divergence for s in scored)
+    by_name = {s.name: s.divergence for s in scored}
+    assert by_name["narrow"] == pytest.approx(kl_by_hand(model, plans[0][1], held), rel=1e-3)
+    with pytest.raises(ValueError, match="no candidate plans"):
+        choose(model, [], held)
+
+
+def test_the_grid_covers_what_is_left_open_and_only_that() -> None:
+    assert len(variants(None, None, None, True)) == 8
+    assert {v.sinks for v in variants(None, None, None, True)} == {0, DEFAULT_SINKS}
+    forced = variants(2, [1], 0.25, True)
+    assert forced == [Variant(2, (1,), 0.25)]
+    assert variants(None, None, None, False) == [Variant(0, (), 0.0)]
+    assert Variant(4, (0,), 0.5).name("output") == "output, sinks 4, whole 0, floor 0.5"
+
+
+class Starve:
+    """A signal that calls the last layer free to cut and the first costly: the allocation
+    starves the last layer, whatever it does for the output."""
+
+    name, unit = "starve", ""
+
+    def measure(self, model, batches, candidates, context: SearchContext):  # type: ignore[no-untyped-def]
+        n_layer, n_kv = model.config.num_hidden_layers, model.config.num_key_value_heads
+        costs = torch.zeros(n_layer, n_kv, len(candidates), dtype=torch.float64)
+        costs[0] = torch.linspace(10, 0, len(candidates), dtype=torch.float64)
+        return costs
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])  # gemma3: a sliding + a full layer
+def test_the_default_search_never_returns_a_plan_one_window_beats_on_the_held_out_blocks(
+    family: str,
+) -> None:
+    model = tiny_model(family, max_position_embeddings=256)
+    plan = search_plan(model, kv_fraction=0.7, seq_len=T, candidates=CANDIDATES, signal=Starve())
+    choice = plan.info["choice"]
+    assert choice["held_out"] == "held-out" and choice["held_out_blocks"] == 4
+    scores = choice["scores"]
+    # 10 candidates, less those the budget cannot pay for (a whole layer with a floor)
+    assert {"uniform, sinks 0", "uniform, sinks 4", "starve, sinks 0", "starve, sinks 4"} <= set(
+        scores
+    )
+    assert choice["chosen"] == min(scores, key=scores.get)
+    assert scores[choice["chosen"]] <= min(scores["uniform, sinks 0"], scores["uniform, sinks 4"])
+    # the held-out blocks are the mix's 4 blocks after the 8 measured ones; recomputed by hand
+    from aah.integrations.hf.calibration_mix import calibration_mix
+
+    mix = calibration_mix(None, seq_len=T, n_blocks=12, vocab_size=model.config.vocab_size)
+    held = [torch.tensor([ids]) for ids in mix[8:]]
+    assert scores[choice["chosen"]] == pytest.approx(kl_by_hand(model, plan, held), rel=1e-3)
+    assert WindowPlan.from_data(json.loads(plan.to_json())).info["choice"] == choice
+
+
+def test_forced_settings_hold_for_every_candidate_and_no_choice_is_the_plain_allocation() -> None:
+    model = tiny_model("llama", max_position_embeddings=256)
+    options = {"kv_fraction": 0.6, "seq_len": T, "candidates": CANDIDATES, "max_batches": 2}
+    plan = search_plan(model, sinks=2, whole_layers=[1], floor=0.0, **options)
+    assert set(plan.info["choice"]["scores"]) == {"output, sinks 2, whole 1", "uniform, sinks 2"}
+    assert plan.sinks == [[2] * 4] * 2
+    plain = search_plan(model, sinks=2, whole_layers=[1], choose=False, **options)
+    assert "choice" not in plain.info and plain.info["whole_layers"] == [1]
+    with pytest.raises(ValueError, match="choose must be True or False, got 'yes'"):
+        search_plan(model, choose="yes", **options)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="sinks must be"):
+        search_plan(model, sinks=-1, **options)
+
+
+def test_a_users_text_holds_out_its_last_quarter() -> None:
+    model = tiny_model("llama", max_position_embeddings=256)
+    ids = torch.cat(blocks(8, seed=5), dim=1)
+    plan = search_plan(model, ids, kv_fraction=0.5, seq_len=T, candidates=CANDIDATES, sinks=0)
+    assert plan.info["choice"]["held_out_blocks"] == 2
+    one = search_plan(model, ids[:, :T], kv_fraction=0.5, seq_len=T, candidates=CANDIDATES,
+                      sinks=0)  # fmt: skip
+    assert one.info["choice"]["held_out"] == "in-sample"
