@@ -59,3 +59,42 @@ def test_given_rows_replace_the_sample_and_match_a_recompute_on_those_rows() -> 
     for bad in ([], [0], [t]):
         with pytest.raises(ValueError, match="rows must be"):
             output_error(q, k, v, w_o, candidates, sinks, rows=bad)
+
+
+@pytest.mark.parametrize("sinks", [0, 2])
+def test_a_sliding_layer_is_measured_against_its_own_window(sinks: int) -> None:
+    """A layer that slides at S never computes the full causal row: a window >= S changes
+    nothing, and a shorter one moves the output away from the S-window output (recomputed by
+    the reference backend, sinks only below S as the layer runs them)."""
+    gen = torch.Generator().manual_seed(2)
+    b, hq, hkv, t, d, e, own = 1, 4, 2, 24, 8, 6, 10
+    q, k, v = (torch.randn(b, h, t, d, generator=gen) for h in (hq, hkv, hkv))
+    w_o = torch.randn(e, hq * d, generator=gen)
+    candidates = [3, 6, own, 16, t]
+    got = output_error(q, k, v, w_o, candidates, sinks, sample_queries=t, own_window=own)
+    proj = w_o.double().view(-1, hq, d)
+    reference = windowed_attention(q, k, v, [own] * hq, backend="reference").double()
+    for c, w in enumerate(candidates[:2]):
+        cut = windowed_attention(q, k, v, [w] * hq, sinks=sinks, backend="reference").double()
+        moved = torch.einsum("bhtd,ehd->bhte", reference - cut, proj)[:, :, 1:]
+        torch.testing.assert_close(got[:, c], moved.pow(2).sum(-1).mean(dim=(0, 2)),
+                                   rtol=1e-4, atol=1e-6)  # fmt: skip
+    assert torch.all(got[:, 2:] == 0)  # the layer's own window and wider: nothing moves
+    assert torch.all(got[:, 0] > 0)
+    plain = output_error(q, k, v, w_o, candidates, sinks, sample_queries=t)
+    assert torch.all(plain[:, 2] > 0)  # against the full row its own window looked like a cut
+
+
+def test_the_output_signal_prices_nothing_on_a_sliding_layer_at_its_own_window() -> None:
+    pytest.importorskip("transformers")
+    from hf_models import search_ids, tiny_model
+
+    from aah.integrations.hf.measure import measure_output_error
+    from aah.integrations.hf.model_layout import sliding_windows
+
+    model = tiny_model("gemma3_text", max_position_embeddings=64)  # layer 0 slides at 16
+    assert sliding_windows(model) == [16, None]
+    candidates = [4, 8, 16, 32]
+    costs = measure_output_error(model, [search_ids()[:, :32]], candidates, sample_queries=31)
+    assert torch.all(costs[0, :, 2:] == 0) and torch.all(costs[0, :, :2] > 0)
+    assert torch.all(costs[1, :, 2] > 0) and torch.all(costs[1, :, 3] < 1e-8)  # the full layer

@@ -6,7 +6,9 @@ q, k, v and score scale and measures, per query head and candidate window with `
 either the attention mass the window would lose ("mass": `controller.mass.mass_beyond`, or
 `hf.sink_mass.mass_beyond_given_sinks` with sinks) or the squared change of the head's
 residual-stream contribution ("output": `hf.output_error`), on exact rows of sampled queries
-(no T x T matrix), averaged over batches. `measure_retrieval` takes the output change at the
+(no T x T matrix), averaged over batches. On a layer with a sliding window of its own, the
+output change is taken from that layer's own windowed attention (`hf.output_error`); the
+mass is still of the full causal row. `measure_retrieval` takes the output change at the
 answer rows of retrieval prompts built on the calibration blocks; `blended` weighs several
 measurements alike.
 """
@@ -21,7 +23,7 @@ import torch
 from aah.controller.allocate import check_candidates
 from aah.controller.mass import mass_beyond
 from aah.integrations.hf.apply_plan import probing
-from aah.integrations.hf.model_layout import layout
+from aah.integrations.hf.model_layout import layout, sliding_windows
 from aah.integrations.hf.output_error import output_error, output_projection
 from aah.integrations.hf.sink_mass import mass_beyond_given_sinks
 from aah.validate import check_int
@@ -31,6 +33,7 @@ def _mass_rows(
     module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     candidates: list[int], sinks: int, opts: dict[str, Any],
 ) -> torch.Tensor:  # fmt: skip
+    opts = {k: v for k, v in opts.items() if k != "own_window"}  # mass: of the full causal row
     if sinks:
         return mass_beyond_given_sinks(q, k, candidates, sinks, **opts)
     return mass_beyond(q, k, v, candidates, **opts)
@@ -78,6 +81,7 @@ def measure_signal(
         )
     rows = PROBED[signal]
     lay = layout(model)
+    slides = sliding_windows(model)
     index = {id(m): i for i, m in enumerate(lay.modules)}
     total = torch.zeros(lay.n_layer, lay.n_head, len(cands), dtype=torch.float64)
     calls = torch.zeros(lay.n_layer)
@@ -95,6 +99,8 @@ def measure_signal(
         if query_rows is not None:
             opts["rows"] = query_rows[batch_no[0]]
         layer = index[id(module)]
+        if slides[layer] is not None:
+            opts["own_window"] = slides[layer]
         total[layer] += rows(module, q.detach(), k.detach(), v.detach(), cands, sinks, opts)
         calls[layer] += 1
 

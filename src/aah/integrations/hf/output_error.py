@@ -39,11 +39,17 @@ def output_error(
     seed: int = 0,
     scale: float | None = None,
     rows: Sequence[int] | None = None,
+    own_window: int | None = None,
 ) -> torch.Tensor:
     """(Hq, n_windows) float64 on CPU: mean || W_o,h (o - o_w) ||^2 (module docstring) over
     `sample_queries` seeded positions per sequence, drawn from 1..T-1 (all of them when fewer),
     or over the given `rows` (positions in 1..T-1, the same for every sequence of the batch:
-    e.g. the rows that predict an answer)."""
+    e.g. the rows that predict an answer).
+
+    `own_window`: the layer's own sliding window S, if it has one. The model then never
+    computes the full causal row: o is its S-window row, a candidate w >= S changes nothing
+    (0), and a shorter one keeps its sinks (the rule of `attention.kv_bytes.layer_sinks`).
+    Against the full row, a sliding layer's own attention would be priced as a cut."""
     check_int("sinks", sinks, minimum=0)
     check_int("sample_queries", sample_queries, minimum=1)
     batch, n_q, seq_len, dim = q.shape
@@ -65,8 +71,11 @@ def output_error(
     if seq_len < 2:  # row 0 sees only itself, which every window keeps: nothing moves
         return total
     for sampled in sampled_rows(q, k, v, sample_queries, gen, scale, rows):
+        own = sampled.full if own_window is None else sampled.windowed(own_window, 0)
         for c, w in enumerate(candidates):
-            moved = torch.einsum("hsd,ehd->hse", sampled.full - sampled.windowed(w, sinks), proj)
+            if own_window is not None and w >= own_window:
+                continue  # the layer's own attention: nothing moves
+            moved = torch.einsum("hsd,ehd->hse", own - sampled.windowed(w, sinks), proj)
             total[:, c] += moved.pow(2).sum(-1).mean(-1).double().cpu()
     return total / batch
 
