@@ -162,6 +162,28 @@ def test_the_uniform_window_is_the_widest_that_fits(sinks: int, sliding: int | N
         assert uniform_window(budget) == (max(fits) if fits else None)
 
 
+@pytest.mark.parametrize("sinks", [(0, 3), (3, 0)])
+def test_sinks_per_layer_are_priced_layer_by_layer(sinks: tuple[int, int]) -> None:
+    """Per-layer sinks (a hybrid model's full layers only): every figure of the budget is the
+    one of the plan with those sinks, counted by `plan_kv_bytes` and `coverage`."""
+    shape = KVShape(2, 32, (12, None))
+    sink_rows = [[sinks[0]] * 4, [sinks[1]] * 4]
+    budget = Budget.at_kv_fraction(0.37, T, 2, 4, shape, sinks)
+    assert budget.sink_rows() == sink_rows
+    held = {w: plan_kv_bytes([[w] * 4] * 2, sink_rows, shape, T) for w in range(1, T + 1)}
+    assert uniform_window(budget) == max(w for w, b in held.items() if b <= budget.kv_bytes)
+    plan = [[4] * 4, [16] * 4]
+    assert budget.bytes_of(plan) == plan_kv_bytes(plan, sink_rows, shape, T)
+    cov = Budget(T, 2, 4, coverage=0.3, sinks=sinks)
+    fits = [w for w in range(1, T + 1) if coverage([[w] * 4] * 2, T, sink_rows).causal <= 0.3]
+    assert uniform_window(cov) == max(fits)
+    assert Budget(T, 2, 4, coverage=0.3, sinks=(0, 0)).sink_rows() is None
+    with pytest.raises(ValueError, match="sinks per layer must give 2 counts, got 3"):
+        Budget(T, 2, 4, coverage=0.3, sinks=(1, 2, 3))
+    with pytest.raises(ValueError, match="sinks"):
+        Budget(T, 2, 4, coverage=0.3, sinks=(1, -2))
+
+
 def test_a_kv_head_costs_the_sum_of_its_query_heads() -> None:
     per_query = decreasing(2, 6, 3)
     got = kv_head_costs(per_query, 2)

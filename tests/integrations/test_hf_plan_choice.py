@@ -91,6 +91,11 @@ def test_the_grid_covers_what_is_left_open_and_only_that() -> None:
     assert forced == [Variant(2, (1,), 0.25)]
     assert variants(None, None, None, False) == [Variant(0, (), 0.0)]
     assert Variant(4, (0,), 0.5).name("output") == "output, sinks 4, whole 0, floor 0.5"
+    # a model that mixes sliding and full layers also tries sinks on its full layers alone
+    hybrid = variants(None, [], 0.0, True, [512, None, 512])
+    assert [v.sinks for v in hybrid] == [0, DEFAULT_SINKS, (0, DEFAULT_SINKS, 0)]
+    assert hybrid[2].name("output") == "output, sinks 4 on full layers"
+    assert len(variants(None, [], 0.0, True, [512, 512])) == 2  # every layer slides: no mix
 
 
 class Starve:
@@ -128,6 +133,12 @@ def test_the_default_search_never_returns_a_plan_one_window_beats_on_the_held_ou
     held = [torch.tensor([ids]) for ids in mix[8:]]
     assert scores[choice["chosen"]] == pytest.approx(kl_by_hand(model, plan, held), rel=1e-3)
     assert WindowPlan.from_data(json.loads(plan.to_json())).info["choice"] == choice
+    if family == "gemma3_text":  # layer 0 slides, layer 1 does not
+        assert "uniform, sinks 4 on full layers" in scores
+        mixed = search_plan(model, kv_fraction=0.7, seq_len=T, candidates=CANDIDATES,
+                            signal=Starve(), sinks=None, whole_layers=[], floor=0.0,
+                            max_batches=2)  # fmt: skip
+        assert len(mixed.info["choice"]["scores"]) == 6
 
 
 def test_forced_settings_hold_for_every_candidate_and_no_choice_is_the_plain_allocation() -> None:

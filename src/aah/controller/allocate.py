@@ -58,7 +58,8 @@ def kv_head_costs(per_query_head: torch.Tensor, n_kv_head: int) -> torch.Tensor:
 @dataclass(frozen=True)
 class Budget:
     """What a plan of a model with `n_layer` x `n_head` query heads may cost at `seq_len`
-    with `sinks` sinks in every head: exactly one of causal `coverage` in (0, 1] and
+    with `sinks` sinks in every head (one count, or a tuple of one count per layer: a hybrid
+    model's sliding layers may keep none): exactly one of causal `coverage` in (0, 1] and
     `kv_bytes` >= 1 per sequence. `shape` is the model's KV memory (KV heads, bytes per
     position, sliding windows): needed for a KV-byte budget; without it every query head is
     its own KV head and bytes are not counted."""
@@ -68,13 +69,21 @@ class Budget:
     n_head: int
     coverage: float | None = None
     kv_bytes: int | None = None
-    sinks: int = 0
+    sinks: int | tuple[int, ...] = 0
     shape: KVShape | None = None
 
     def __post_init__(self) -> None:
         for name in ("seq_len", "n_layer", "n_head"):
             check_int(name, getattr(self, name), minimum=1)
-        check_int("sinks", self.sinks, minimum=0)
+        if isinstance(self.sinks, tuple):
+            if len(self.sinks) != self.n_layer:
+                raise ValueError(
+                    f"sinks per layer must give {self.n_layer} counts, got {len(self.sinks)}"
+                )
+            for count in self.sinks:
+                check_int("sinks", count, minimum=0)
+        else:
+            check_int("sinks", self.sinks, minimum=0)
         if (self.coverage is None) == (self.kv_bytes is None):
             raise ValueError("give exactly one of budget (coverage) and kv_budget (KV bytes)")
         cov = self.coverage
@@ -98,7 +107,7 @@ class Budget:
     @classmethod
     def at_kv_fraction(
         cls, fraction: float, seq_len: int, n_layer: int, n_head: int, shape: KVShape,
-        sinks: int = 0,
+        sinks: int | tuple[int, ...] = 0,
     ) -> Budget:  # fmt: skip
         """The KV-byte budget of `fraction` (in (0, 1]) of the full cache's bytes at seq_len."""
         if isinstance(fraction, bool) or not math.isfinite(fraction) or not 0 < fraction <= 1:
@@ -130,24 +139,32 @@ class Budget:
     def unit_costs(self, candidates: Sequence[int], n_unit: int) -> np.ndarray:
         """(L * n_unit, n_w) int64: what each of `n_unit` units per layer costs at each
         candidate (module docstring)."""
-        t, s = self.seq_len, self.sinks
+        t, per_layer = self.seq_len, self.sinks_per_layer()
         if self.coverage is not None:
             group = self.n_head // n_unit
-            per = [group * window_pairs(int(c), t, s) for c in candidates]
-            return np.tile(np.array(per, dtype=np.int64), (self.n_layer * n_unit, 1))
+            rows = [[group * window_pairs(int(c), t, s) for c in candidates]
+                    for s in per_layer for _ in range(n_unit)]  # fmt: skip
+            return np.array(rows, dtype=np.int64)
         shape = self.kv_shape
         if n_unit != shape.n_kv_head:
             raise ValueError(f"a KV-byte budget allocates {shape.n_kv_head} KV heads, not {n_unit}")
         rows = [
             [kv_head_bytes(int(c), sliding, s, t, shape.position_bytes) for c in candidates]
-            for sliding in shape.sliding
+            for sliding, s in zip(shape.sliding, per_layer, strict=True)
             for _ in range(n_unit)
         ]
         return np.array(rows, dtype=np.int64)
 
+    def sinks_per_layer(self) -> list[int]:
+        """Each layer's sink count."""
+        if isinstance(self.sinks, tuple):
+            return list(self.sinks)
+        return [self.sinks] * self.n_layer
+
     def sink_rows(self) -> Plan | None:
         """The sinks [layer][query head], None when there are none."""
-        return [[self.sinks] * self.n_head for _ in range(self.n_layer)] if self.sinks else None
+        per_layer = self.sinks_per_layer()
+        return [[s] * self.n_head for s in per_layer] if any(per_layer) else None
 
     def everywhere(self, window: int) -> Plan:
         """One window for every head."""
@@ -163,7 +180,7 @@ class Budget:
         """KV bytes of `plan` with the budget's sinks at seq_len (None: the full cache)."""
         if plan is None:
             return self.full_bytes
-        rows = [[self.sinks] * self.n_head for _ in range(self.n_layer)]
+        rows = [[s] * self.n_head for s in self.sinks_per_layer()]
         return plan_kv_bytes(plan, rows, self.kv_shape, self.seq_len)
 
     def fraction_of(self, plan: Plan | None) -> float:

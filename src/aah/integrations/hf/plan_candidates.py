@@ -6,12 +6,15 @@ layers never saw their context's first tokens); SmolLM2 needs its first layer wh
 facts from the start of a long prompt. So the search does not fix them. Each setting a caller
 leaves open (None) takes every value of its grid, a forced one takes just that value:
 
-    sinks          0 and `DEFAULT_SINKS` (4)
+    sinks          0 and `DEFAULT_SINKS` (4); on a model that mixes sliding and full layers,
+                   also 4 on the full layers alone (a sliding layer never attended to its
+                   context's first tokens in training)
     whole_layers   none and the first layer
     floor          0 and 0.5 of the uniform window (no KV head starved by the signal)
 
-Each combination is one allocation on the signal's costs (measured once per sink count), and
-one uniform window per sink count joins them: the trivial baseline is always a candidate, so
+Each combination is one allocation on the signal's costs (measured once per sink count; a
+layer's costs are those of its own sink count), and one uniform window per sink setting joins
+them: the trivial baseline is always a candidate, so
 the choice can never pick a plan that does worse than it on the held-out blocks.
 """
 
@@ -32,17 +35,29 @@ DEFAULT_SINKS = 4
 DEFAULT_FLOORS = (0.0, 0.5)
 
 
+def sink_name(sinks: int | tuple[int, ...]) -> str:
+    """A sink setting as the record of the choice shows it."""
+    if isinstance(sinks, tuple):
+        return f"sinks {max(sinks)} on full layers"
+    return f"sinks {sinks}"
+
+
 @dataclass(frozen=True)
 class Variant:
-    """One setting of the options a plan is allocated with."""
+    """One setting of the options a plan is allocated with; `sinks` is one count for every
+    layer, or one count per layer."""
 
-    sinks: int
+    sinks: int | tuple[int, ...]
     whole_layers: tuple[int, ...]
     floor: float
 
+    def sinks_per_layer(self, n_layer: int) -> list[int]:
+        """Each layer's sink count."""
+        return list(self.sinks) if isinstance(self.sinks, tuple) else [self.sinks] * n_layer
+
     def name(self, signal: str) -> str:
         """How the candidate is shown in the plan's record of the choice."""
-        parts = [signal, f"sinks {self.sinks}"]
+        parts = [signal, sink_name(self.sinks)]
         if self.whole_layers:
             parts.append(f"whole {','.join(map(str, self.whole_layers))}")
         if self.floor:
@@ -51,14 +66,24 @@ class Variant:
 
 
 def variants(
-    sinks: int | None, whole_layers: Sequence[int] | None, floor: float | None, choosing: bool
+    sinks: int | None,
+    whole_layers: Sequence[int] | None,
+    floor: float | None,
+    choosing: bool,
+    sliding: Sequence[int | None] = (),
 ) -> list[Variant]:
     """The settings to allocate with: the grid over what is left open when `choosing`, else
     the one setting (an open option at its plain default: no sinks, no whole layer, no
-    floor)."""
+    floor). `sliding`: each layer's own sliding window (None: full attention); on a model
+    that mixes both, open sinks also try sinks on the full layers alone."""
     if not choosing:
         return [Variant(sinks or 0, tuple(whole_layers or ()), floor or 0.0)]
-    sink_grid = (0, DEFAULT_SINKS) if sinks is None else (sinks,)
+    sink_grid: tuple[int | tuple[int, ...], ...] = (
+        (sinks,) if sinks is not None else (0, DEFAULT_SINKS)
+    )
+    hybrid = tuple(0 if s else DEFAULT_SINKS for s in sliding)
+    if sinks is None and 0 in hybrid and DEFAULT_SINKS in hybrid:
+        sink_grid = (*sink_grid, hybrid)
     whole_grid = ((), (0,)) if whole_layers is None else (tuple(whole_layers),)
     floor_grid = DEFAULT_FLOORS if floor is None else (floor,)
     return [Variant(s, w, f) for s, w, f in itertools.product(sink_grid, whole_grid, floor_grid)]

@@ -57,8 +57,8 @@ from aah.controller.allocate import (
 from aah.integrations.hf.cut_loss import chosen_cost
 from aah.integrations.hf.data import TextLike, token_batches
 from aah.integrations.hf.load import resolve_tokenizer
-from aah.integrations.hf.model_layout import kv_shape, layout
-from aah.integrations.hf.plan_candidates import DEFAULT_FLOORS, uniform_plan, variants
+from aah.integrations.hf.model_layout import kv_shape, layout, sliding_windows
+from aah.integrations.hf.plan_candidates import sink_name, uniform_plan, variants
 from aah.integrations.hf.plan_choice import choose as choose_plan
 from aah.integrations.hf.signal_registry import make_signal, signal_factory, signal_names
 from aah.integrations.hf.signals import SearchContext, Signal
@@ -129,7 +129,7 @@ def plan_from_costs(
             least = f"{plan_kv_bytes(smallest, sink_rows, shape, t)} KV bytes"
         fixes = ["a lower floor"] if floor else ["a smaller candidate window"] * (cands[0] > 1)
         fixes += ["fewer whole layers"] * bool(whole_layers) + ["a larger budget"]
-        fixes += ["fewer sinks"] * bool(budget.sinks)
+        fixes += ["fewer sinks"] * any(budget.sinks_per_layer())
         fix = ", ".join(fixes[:-1]) + (" or " if len(fixes) > 1 else "") + fixes[-1]
         what = "smallest plan" if whole_layers else "floor" if floor else "smallest candidate"
         raise ValueError(
@@ -220,7 +220,7 @@ def calibration_batches(
 def search_budget(
     model: torch.nn.Module,
     seq_len: int,
-    sinks: int,
+    sinks: int | tuple[int, ...],
     *,
     budget: float | None = None,
     kv_budget: int | None = None,
@@ -329,9 +329,10 @@ def search_plan(
         raise ValueError(f"choose must be True or False, got {choose!r}")
     measured = resolve_signal(signal, sample_queries=sample_queries, suffix=suffix)
     limit = {"budget": budget, "kv_budget": kv_budget, "kv_fraction": kv_fraction}
-    settings = variants(sinks, whole_layers, floor, choose)
+    if sinks is not None:
+        check_int("sinks", sinks, minimum=0)
+    settings = variants(sinks, whole_layers, floor, choose, sliding_windows(model))
     for v in settings:  # bad values fail before any measuring
-        check_int("sinks", v.sinks, minimum=0)
         floor_window(search_budget(model, model_positions(model, seq_len), v.sinks, **limit),
                      v.floor)  # fmt: skip
     from_mix = calib is None
@@ -348,22 +349,22 @@ def search_plan(
     n_layer = layout(model).n_layer
     for v in settings:
         check_whole_layers(list(v.whole_layers), n_layer, cands[-1], t)  # before measuring
-    plans, costs_of, refused = [], {}, []
-    for v in settings:
-        cap = search_budget(model, t, v.sinks, **limit)
-        least = floor_window(cap, v.floor)
+    caps = [search_budget(model, t, v.sinks, **limit) for v in settings]
+    floors = [floor_window(cap, v.floor) for cap, v in zip(caps, settings, strict=True)]
+    needed = sorted({*cands, *floors} - {0})  # every window any setting allocates on
+    costs_of = {}  # one measurement per sink count; a layer's costs are its own (local cuts)
+    for count in sorted({s for v in settings for s in v.sinks_per_layer(n_layer)}):
+        context = SearchContext(count, seed, progress, tokenizer, seq_len=t)
+        costs_of[count] = measured.measure(model, batches, needed, context)
+    plans, refused = [], []
+    for v, cap, least in zip(settings, caps, floors, strict=True):
         own = sorted({*cands, least} - {0})
-        if v.sinks not in costs_of:  # one measurement per sink count, of every window needed
-            needed = sorted({*own, *(floor_window(cap, f) for f in DEFAULT_FLOORS)} - {0})
-            needed = needed if choose else own
-            context = SearchContext(v.sinks, seed, progress, tokenizer, seq_len=t)
-            costs_of[v.sinks] = (needed, measured.measure(model, batches, needed, context))
-        needed, costs = costs_of[v.sinks]
+        rows = [costs_of[s][layer] for layer, s in enumerate(v.sinks_per_layer(n_layer))]
+        costs = torch.stack(rows)[..., [needed.index(c) for c in own]]
         try:
             plan = plan_from_costs(
-                costs[..., [needed.index(c) for c in own]], own, cap, type(model).__name__,
-                signal=measured.name, unit=measured.unit, floor=least,
-                whole_layers=v.whole_layers,
+                costs, own, cap, type(model).__name__, signal=measured.name,
+                unit=measured.unit, floor=least, whole_layers=v.whole_layers,
             )  # fmt: skip
         except ValueError as err:
             refused.append(err)  # a setting this budget cannot pay for is no candidate
@@ -373,10 +374,10 @@ def search_plan(
         raise refused[0]
     if not choose:
         return plans[0][1]
-    for s in sorted({v.sinks for v in settings}):
+    for s in dict.fromkeys(v.sinks for v in settings):
         window = uniform_plan(search_budget(model, t, s, **limit), type(model).__name__)
         if window is not None:
-            plans.append((f"uniform, sinks {s}", window))
+            plans.append((f"uniform, {sink_name(s)}", window))
     scored = choose_plan(model, plans, held_out, progress=progress)
     best = scored[0]
     best.plan.info["choice"] = {
