@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from aah.integrations.hf.data import encode
+from aah.integrations.hf.data import encode, prompt_prefix
 
 #: what the searches measure on
 CALIB_PACKAGES = ("json", "email", "http")
@@ -52,17 +52,21 @@ def text_blocks(
     *,
     vocab_size: int | None = None,
 ) -> list[torch.Tensor]:
-    """Blocks `skip .. skip + n - 1` of `seq_len` consecutive tokens of `text`, each (1, T);
-    UTF-8 bytes stand in for a missing tokenizer (`hf.data.encode`)."""
+    """Blocks `skip .. skip + n - 1` of `seq_len` tokens of `text`, each (1, T): the
+    tokenizer's BOS where it adds one (`hf.data.prompt_prefix`), then the next T minus that
+    many consecutive tokens of the text. UTF-8 bytes stand in for a missing tokenizer
+    (`hf.data.encode`)."""
     if seq_len < 2 or n < 1 or skip < 0:
         raise ValueError(f"need seq_len >= 2, n >= 1, skip >= 0; got {seq_len}, {n}, {skip}")
     ids = encode(text, tokenizer, vocab_size)
-    if len(ids) < (skip + n) * seq_len:
+    prefix = prompt_prefix(tokenizer)
+    step = seq_len - len(prefix)
+    if len(ids) < (skip + n) * step:
         raise ValueError(
             f"the text has {len(ids)} tokens; {skip + n} blocks of {seq_len} were asked for"
         )
     return [
-        torch.tensor(ids[i * seq_len : (i + 1) * seq_len]).view(1, seq_len)
+        torch.tensor(prefix + ids[i * step : (i + 1) * step]).view(1, seq_len)
         for i in range(skip, skip + n)
     ]
 

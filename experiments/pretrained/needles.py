@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import torch
 
-from aah.integrations.hf.data import encode
+from aah.integrations.hf.data import encode, prompt_prefix
 from aah.report.plots import _pyplot
 
 #: the classic pass-key filler (Mohtashami & Jaggi, 2023); the leading space makes the tiled
@@ -92,8 +92,9 @@ def build_needles(
     """`per_cell` needles for every (length, depth), lengths outermost, kinds alternating
     (passkey first) within a cell.
 
-    The prompt is haystack[:off] + needle + haystack[off:] + question with
-    off = round(depth * haystack tokens), the haystack being the filler tokenised once, tiled
+    The prompt is the tokenizer's BOS where it adds one (`hf.data.prompt_prefix`), then
+    haystack[:off] + needle + haystack[off:] + question with off = round(depth * haystack
+    tokens), the haystack being the filler tokenised once, tiled
     and cut so the prompt has exactly `length` tokens. Needle, question and answer are
     tokenised separately and their ids concatenated, so every boundary is exact. Seeded: the
     same arguments give the same needles; pass keys are all distinct (drawn without
@@ -118,6 +119,7 @@ def build_needles(
     # Tile the filler's ids rather than tokenising per prompt: one tokenisation, and every cut
     # falls on a token boundary of the tokenised filler.
     filler = unit * (max(lengths) // len(unit) + 1)
+    prefix = prompt_prefix(tokenizer)  # a prompt starts as a user's does
 
     rng = random.Random(seed)
     n_cells = len(lengths) * len(depths)
@@ -137,14 +139,14 @@ def build_needles(
                 answer = encode(answer_text, tokenizer, vocab_size)
                 if not answer:
                     raise ValueError(f"the answer {answer_text!r} tokenised to nothing")
-                hay = length - len(needle) - len(question)
+                hay = length - len(prefix) - len(needle) - len(question)
                 if hay < 0:
                     raise ValueError(
                         f"length {length} is too short: the {kind} needle and question alone "
                         f"take {len(needle) + len(question)} tokens"
                     )
                 off = round(depth * hay)
-                prompt = filler[:off] + needle + filler[off:hay] + question
+                prompt = prefix + filler[:off] + needle + filler[off:hay] + question
                 if vocab_size is not None and max(prompt + answer) >= vocab_size:
                     raise ValueError(
                         f"token id {max(prompt + answer)} is outside the vocabulary "

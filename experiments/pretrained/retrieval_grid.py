@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aah.integrations.hf.data import encode
+from aah.integrations.hf.data import encode, prompt_prefix
 from experiments.pretrained.needles import FILLER, Needle
 from experiments.pretrained.table import needle_change
 
@@ -103,7 +103,7 @@ def texts(kind: str, wording: str, rng: random.Random) -> tuple[str, str, str]:
 def _haystacks(filler: str, tokenizer: Any | None, length: int, n: int, seed: int,
                vocab_size: int | None) -> Iterator[list[int]]:  # fmt: skip
     """`n` fillers of `length` tokens: the tiled classic sentences, or blocks of the prose
-    or python kind from distinct documents."""
+    or python kind from distinct documents (their BOS, if any, left to the prompt)."""
     if filler == "repeat":
         unit = encode(FILLER, tokenizer, vocab_size)
         tiled = unit * (length // len(unit) + 1)
@@ -113,8 +113,9 @@ def _haystacks(filler: str, tokenizer: Any | None, length: int, n: int, seed: in
     from experiments.pretrained.kinds import kind_blocks
 
     kind = {"prose": "prose", "code": "python"}[filler]
+    skip = len(prompt_prefix(tokenizer))
     for block in kind_blocks(tokenizer, [kind], length, n, seed=seed, vocab_size=vocab_size):
-        yield list(block.ids)
+        yield list(block.ids)[skip:]
 
 
 def build_probes(
@@ -130,9 +131,10 @@ def build_probes(
 ) -> list[Probe]:
     """Every condition of `grid` ("design" or "heldout") at these lengths and depths, with
     `per_condition` needles each (fillers, kinds, lengths, depths, replicates: that nesting).
-    Prompts have exactly `length` tokens: haystack[:off] + needle + haystack[off:] + question,
-    off = round(depth * haystack tokens). Seeded; ValueError for an unknown grid or kind, a
-    depth outside [0, 1], or a length too short for its needle and question."""
+    Prompts have exactly `length` tokens: the tokenizer's BOS where it adds one, then
+    haystack[:off] + needle + haystack[off:] + question, off = round(depth * haystack tokens).
+    Seeded; ValueError for an unknown grid or kind, a depth outside [0, 1], or a length too
+    short for its needle and question."""
     if grid not in GRIDS:
         raise ValueError(f"grid must be one of {', '.join(GRIDS)}, got {grid!r}")
     if per_condition < 1 or not lengths or not depths:
@@ -144,6 +146,7 @@ def build_probes(
         raise ValueError(f"kinds must be from {', '.join(NEEDLE_KINDS)}, got {list(kinds)}")
     fillers, wording = GRIDS[grid]
     rng = random.Random(seed)
+    prefix = prompt_prefix(tokenizer)  # a prompt starts as a user's does
     probes = []
     for filler in fillers:
         for length in lengths:
@@ -160,7 +163,7 @@ def build_probes(
                         needle = encode(needle_text, tokenizer, vocab_size)
                         question = encode(question_text, tokenizer, vocab_size)
                         answer = encode(answer_text, tokenizer, vocab_size)
-                        room = length - len(needle) - len(question)
+                        room = length - len(prefix) - len(needle) - len(question)
                         if room < 0:
                             raise ValueError(
                                 f"length {length} is too short for the {kind} needle and its "
@@ -168,11 +171,11 @@ def build_probes(
                             )
                         filler_ids = next(hay)[:room]
                         off = round(depth * room)
-                        prompt = filler_ids[:off] + needle + filler_ids[off:] + question
+                        prompt = prefix + filler_ids[:off] + needle + filler_ids[off:] + question
                         probes.append(Probe(
                             Needle("passkey" if kind == "passkey" else "fact", length,
                                    float(depth), prompt, answer, len(question)),
-                            kind, filler, wording, length - off,
+                            kind, filler, wording, length - len(prefix) - off,
                         ))  # fmt: skip
     return probes
 

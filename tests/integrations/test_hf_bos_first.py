@@ -72,3 +72,25 @@ def test_the_mix_and_the_retrieval_prompts_keep_bos_first() -> None:
     first = prompts[0].ids[0].tolist()  # depth 0: the fact right after the BOS
     assert first[1 : 1 + len(fact)] == fact
     assert calibration_mix(tiny_tokenizer(), seq_len=64, n_blocks=1)[0][0] != bos
+
+
+def test_the_studies_needles_grid_and_blocks_start_with_bos() -> None:
+    from experiments.pretrained.corpus import text_blocks
+    from experiments.pretrained.needles import build_needles
+    from experiments.pretrained.retrieval_grid import build_probes
+
+    tok = bos_tokenizer()
+    bos = tok.convert_tokens_to_ids("<s>")
+    needles = build_needles(tok, [120], [0.0, 1.0], 2)
+    assert all(n.prompt[0] == bos and bos not in n.prompt[1:] for n in needles)
+    assert all(len(n.prompt) == 120 for n in needles)
+    probes = build_probes(tok, "design", [200], [0.0], 1)
+    for probe in probes:
+        prompt = probe.needle.prompt
+        assert prompt[0] == bos and bos not in prompt[1:] and len(prompt) == 200
+        assert probe.distance == 199  # depth 0: the needle right after the BOS
+    blocks = text_blocks(tok, TEXT, 16, 3)
+    plain = tok.encode(TEXT, add_special_tokens=False)
+    assert [b[0].tolist() for b in blocks] == [
+        [bos, *plain[i * 15 : i * 15 + 15]] for i in range(3)
+    ]
