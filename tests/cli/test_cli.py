@@ -14,7 +14,7 @@ from cli_helpers import tiny_args
 import aah
 from aah.cli import main
 
-SUBCOMMANDS = ["train", "sweep", "eval", "posthoc", "bench", "report", "generate", "plan"]
+SUBCOMMANDS = ["train", "sweep", "eval", "posthoc", "bench", "report", "generate", "chat", "plan"]
 
 
 @pytest.mark.parametrize("command", SUBCOMMANDS)

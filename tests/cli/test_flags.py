@@ -28,6 +28,7 @@ def bench_parser(name):
 def parsers():
     yield "eval", subparser("eval")
     yield "generate", subparser("generate")
+    yield "chat", subparser("chat")
     yield "lab", subparser("lab")
     yield "posthoc", subparser("posthoc")
     yield "plan search", subparser("plan", "search")
@@ -37,7 +38,7 @@ def parsers():
 
 
 # every command that computes takes --threads (docs/cli.md); train reads train.threads
-COMPUTING = ["eval", "generate", "lab", "posthoc", "plan search", "plan apply",
+COMPUTING = ["eval", "generate", "chat", "lab", "posthoc", "plan search", "plan apply",
              "bench training", "bench attention", "bench decode", "bench variants"]  # fmt: skip
 
 

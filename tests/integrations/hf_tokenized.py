@@ -46,3 +46,25 @@ def save_tokenized_llama(folder: Path, seed: int = 0, **overrides: object):  # t
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return model, tokenizer
+
+
+#: a ChatML-like template over the tiny tokenizer: its EOS "</s>" ends each turn
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}</s>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+def chat_text(*turns: tuple[str, str], reply_header: bool = True) -> str:
+    """What CHAT_TEMPLATE renders, written out by hand: (role, content) turns, then the header
+    of the assistant's reply."""
+    text = "".join(f"<|{role}|>\n{content}</s>\n" for role, content in turns)
+    return text + ("<|assistant|>\n" if reply_header else "")
+
+
+def save_chat_llama(folder: Path, seed: int = 0, **overrides: object):  # type: ignore[no-untyped-def]
+    """`save_tokenized_llama` whose tokenizer carries CHAT_TEMPLATE (a chat model's folder)."""
+    model, tokenizer = save_tokenized_llama(folder, seed=seed, **overrides)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    return model, tokenizer

@@ -178,7 +178,7 @@ def test_generate_a_model_without_a_plan_says_to_give_one(files, out, capsys, ne
 def no_preview(monkeypatch):  # type: ignore[no-untyped-def]
     """As for a hub name: nothing local to read, every model check waits for the model."""
     monkeypatch.setattr("aah.cli.hf_plan_run.preview_limits", lambda name: None)
-    monkeypatch.setattr("aah.cli.hf_generate.preview_limits", lambda name: None)
+    monkeypatch.setattr("aah.cli.hf_session.preview_limits", lambda name: None)
 
 
 @pytest.fixture

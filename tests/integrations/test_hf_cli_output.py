@@ -31,7 +31,8 @@ def search(inputs, tmp_path, capsys, *flags: str):  # type: ignore[no-untyped-de
     capsys.readouterr()
     argv = ["plan", "search", str(inputs / "llama"), "--text", str(inputs / "text.txt"),
             "--out", str(tmp_path / "plan.json"), "--seq-len", "32", "--max-batches", "2",
-            "--candidates", "4,8,16,32", "--sinks", "1", "--threads", "1", *flags]  # fmt: skip
+            "--candidates", "4,8,16,32", "--sinks", "1", "--threads", "1", "--no-choose",
+            *flags]  # fmt: skip
     assert main(argv) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     return lines, json.loads(lines[-1])
@@ -82,14 +83,14 @@ def test_apply_says_what_it_scored(inputs, tmp_path, capsys):
 def test_without_text_the_search_calibrates_on_the_shipped_mix(inputs, tmp_path, capsys):
     argv = ["plan", "search", str(inputs / "llama"), "--out", str(tmp_path / "plan.json"),
             "--seq-len", "32", "--max-batches", "2", "--candidates", "4,8,16,32",
-            "--sinks", "1", "--threads", "1"]  # fmt: skip
+            "--sinks", "1", "--threads", "1", "--no-choose"]  # fmt: skip
     assert main(argv) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert "calibrating on the shipped mix: 2 blocks of 32 tokens" in lines
     plan = json.loads((tmp_path / "plan.json").read_text())
     model, _ = load_model(str(inputs / "llama"), "cpu")
     again = search_plan(model, None, 0.3, seq_len=32, max_batches=2, candidates=[4, 8, 16, 32],
-                        sinks=1)  # fmt: skip
+                        sinks=1, choose=False)  # fmt: skip
     assert plan["signal"] == "output" and again.windows == plan["windows"]
 
 
@@ -98,3 +99,20 @@ def test_whole_layers_from_the_command_line(inputs, tmp_path, capsys):
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["windows"][0] == [32] * 4 and plan["whole_layers"] == [0]
     assert summary["coverage"] <= 0.8
+
+
+def test_the_search_chooses_end_to_end_and_says_so(inputs, tmp_path, capsys):
+    capsys.readouterr()
+    argv = ["plan", "search", str(inputs / "llama"), "--out", str(tmp_path / "plan.json"),
+            "--seq-len", "32", "--max-batches", "2", "--candidates", "4,8,16,32",
+            "--kv-fraction", "0.5", "--threads", "1"]  # fmt: skip
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    said = "calibrating on the shipped mix: 2 blocks of 32 tokens, and 4 more to judge plans on"
+    assert said in lines
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    scores = plan["choice"]["scores"]
+    chosen = plan["choice"]["chosen"]
+    assert json.loads(lines[-1])["chosen"] == chosen == min(scores, key=scores.get)
+    shown = [line for line in lines if line.startswith("  * ")]
+    assert len(shown) == 1 and shown[0].endswith(chosen)

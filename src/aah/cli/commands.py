@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from aah.cli import (
     bench_cmd,
+    chat_cmd,
     eval_cmd,
     generate_cmd,
     lab_cmd,
@@ -107,9 +108,15 @@ COMMANDS: dict[str, tuple[str, AddArgs, Run]] = {
         _no_extra(_run_report),
     ),
     "generate": (
-        "Stream text sampled from a run's model, with its per-head KV cache.",
+        "Stream a reply or continuation from a run's or a Hugging Face model, with its "
+        "per-head KV cache (--prompt-file, --question, chat templates).",
         generate_cmd.add_generate_arguments,
         _no_extra(generate_cmd.run_generate),
+    ),
+    "chat": (
+        "Chat with a Hugging Face model on stdin/stdout, its per-head KV cache kept across turns.",
+        chat_cmd.add_chat_arguments,
+        _no_extra(chat_cmd.run_chat),
     ),
     "lab": (
         "Small experiments from the attention-variants chapter: 'masks' (causal vs local).",
@@ -127,4 +134,6 @@ EPILOGS = {
     "train": train_cmd.epilog,
     "sweep": sweep_cmd.EPILOG,
     "posthoc": posthoc_cmd.EPILOG,
+    "generate": generate_cmd.EPILOG,
+    "chat": chat_cmd.EPILOG,
 }

@@ -1,5 +1,5 @@
 """The `aah` command: its parser and `main` (also `python -m aah`): train, sweep, eval, bench,
-report, generate, plan, lab.
+report, generate, chat, plan, lab.
 
 Exit codes: 0 success, 2 usage or config error (message on stderr, no traceback), 130 a
 training run stopped by SIGINT/SIGTERM after checkpointing.
@@ -14,7 +14,7 @@ from aah.cli import commands
 
 PROG = "aah"
 # Commands that allocate large tensors repeatedly; see aah.runtime.tune_allocator.
-HEAVY_COMMANDS = frozenset({"train", "eval", "bench", "generate"})
+HEAVY_COMMANDS = frozenset({"train", "eval", "bench", "generate", "chat"})
 
 
 class LazyHelpParser(argparse.ArgumentParser):

@@ -4,6 +4,7 @@
 --seq-lens T,T   sequence lengths as one comma list
 --threads N      torch intra-op threads; 0 (the default) leaves torch's own default
 --device D       auto (CUDA when present, else CPU; the default), cpu or cuda
+--temperature, --top-k, --top-p, --seed   sampling (`aah generate`, `aah chat`)
 
 Older spellings (--batch; --contexts T T) still parse, hidden from --help.
 """
@@ -40,6 +41,16 @@ def add_threads(p: argparse.ArgumentParser) -> None:
 def check_threads(value: int) -> None:
     if value < 0:
         raise ValueError(f"--threads must be >= 0 (0 = torch's default), got {value}")
+
+
+def add_sampling(p: argparse.ArgumentParser) -> None:
+    """--temperature, --top-k, --top-p, --seed: checked by `aah.model.sampling.Sampling`."""
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="sampling temperature, 0 = greedy (default 1.0)")  # fmt: skip
+    p.add_argument("--top-k", type=int, default=None, metavar="K", help="sample from the top K")
+    p.add_argument("--top-p", type=float, default=None, metavar="P",
+                   help="sample from the smallest set holding mass P, in (0, 1]")  # fmt: skip
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (reproducible)")
 
 
 def add_seq_lens(

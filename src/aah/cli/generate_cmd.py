@@ -1,12 +1,13 @@
 """`aah generate RUN_DIR|MODEL --prompt TEXT [--plan FILE]`: stream a continuation of a
-prompt to stdout, then one line on stderr with the KV bytes the per-head cache held against a
-full cache's.
+prompt (or, for a chat model, its reply) to stdout, then one line on stderr with the KV bytes
+the per-head cache held against a full cache's.
 
+The prompt is --prompt TEXT, --prompt-file FILE or --prompt-file - (stdin) (`prompt_source`).
 A run directory (a folder with checkpoints/, config.toml or summary.json) generates with its
 own model, its last plan in force or --plan's; its tokens are bytes, and a character may span
 several, so text is decoded incrementally and written as soon as each character is complete
 (invalid UTF-8 shows as U+FFFD). Anything else is a Hugging Face model (a transformers folder,
-a GGUF file or a hub name) and needs --plan (`hf_generate`).
+a GGUF file or a hub name) and needs --plan (`hf_generate`: chat templates, --question).
 """
 
 from __future__ import annotations
@@ -19,9 +20,24 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from aah.cli import flags
+from aah.cli.prompt_source import add_prompt_arguments, check_run_dir_prompt, read_prompt
 
 RUN_MARKERS = ("checkpoints", "config.toml", "summary.json")
 MB = 2**20
+
+
+EPILOG = """\
+prompt:     --prompt TEXT, --prompt-file FILE, or --prompt-file - to read stdin
+chat model: when the tokenizer has a chat template the prompt is a user turn (--system adds a
+            system turn) and stdout gets the reply alone; --raw continues the text as it is
+            (stdout: prompt + continuation), as a model without a template always does
+questions:  with --question Q (repeatable) the prompt is a document, prefilled once; each
+            question is answered from a copy of that cache, from exactly the tokens a
+            separate run on DOCUMENT + a blank line + Q reads; stdout: "> Q", then the answer
+
+  aah generate MODEL --plan plan.json --prompt-file report.txt \\
+      --question "Who wrote it?" --question "When?" --temperature 0
+"""
 
 
 def add_generate_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,21 +46,16 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
         help="a run directory (aah train), or a Hugging Face model: a transformers folder, a "
         "GGUF file or a hub name (needs aah-attention[hf] and --plan)",
     )  # fmt: skip
-    p.add_argument("--prompt", required=True, help="text to continue (at least one byte)")
+    add_prompt_arguments(p)
     p.add_argument(
         "--plan", metavar="FILE",
         help="a plan file (aah plan search, aah plan export): its windows and sinks; required "
         "for a Hugging Face model, default for a run its last plan in force",
     )  # fmt: skip
     p.add_argument("--max-new-tokens", type=int, default=256, metavar="N",
-                   help="tokens to generate (default 256; a run's tokens are bytes); prompt + N "
-                   "<= the model's positions")  # fmt: skip
-    p.add_argument("--temperature", type=float, default=1.0,
-                   help="sampling temperature, 0 = greedy (default 1.0)")  # fmt: skip
-    p.add_argument("--top-k", type=int, default=None, metavar="K", help="sample from the top K")
-    p.add_argument("--top-p", type=float, default=None, metavar="P",
-                   help="sample from the smallest set holding mass P, in (0, 1]")  # fmt: skip
-    p.add_argument("--seed", type=int, default=None, help="sampling seed (reproducible)")
+                   help="tokens to generate (default 256; a run's tokens are bytes), per "
+                   "question with --question; prompt + N <= the model's positions")  # fmt: skip
+    flags.add_sampling(p)
     flags.add_device(p)
     flags.add_threads(p)
 
@@ -68,22 +79,27 @@ def utf8_pieces(chunks: Iterable[bytes]) -> Iterator[str]:
 
 
 def run_generate(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+    args: argparse.Namespace,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    stdin: TextIO | None = None,
 ) -> int:
-    """Stream prompt + continuation to `out` (stdout), then the KV line to `err` (stderr): a
-    run directory's model, or a Hugging Face model with --plan. Bad arguments raise
+    """Stream the continuation or reply to `out` (stdout), then the KV line to `err` (stderr):
+    a run directory's model, or a Hugging Face model with --plan. Bad arguments raise
     ValueError before anything is printed."""
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
+    stdin = sys.stdin if stdin is None else stdin
     flags.check_threads(args.threads)
     if not is_run_dir(args.target):
         from aah.cli.hf_generate import run_hf_generate
 
-        return run_hf_generate(args, out, err)
-    return _run_dir_generate(args, out, err)
+        return run_hf_generate(args, out, err, stdin)
+    check_run_dir_prompt(args)
+    return _run_dir_generate(args, read_prompt(args, stdin), out, err)
 
 
-def _run_dir_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _run_dir_generate(args: argparse.Namespace, prompt: str, out: TextIO, err: TextIO) -> int:
     import torch
 
     from aah.data import ByteTokenizer
@@ -94,9 +110,7 @@ def _run_dir_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
     from aah.training.load import load
 
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
-    ids = ByteTokenizer().encode(args.prompt)
-    if ids.size == 0:
-        raise ValueError("--prompt must hold at least one byte, got ''")
+    ids = ByteTokenizer().encode(prompt)
     plan = WindowPlan.load(args.plan) if args.plan is not None else None
     device = resolve_device(args.device, what="--device")
     if args.threads:
@@ -109,7 +123,7 @@ def _run_dir_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
             raise ValueError(f"plan file {args.plan!r}: {bad}") from None
     idx = torch.tensor(ids, dtype=torch.long, device=device)[None]  # (1, T)
     tokens = stream(model, idx, args.max_new_tokens, sampling)
-    out.write(args.prompt)
+    out.write(prompt)
     out.flush()
     for piece in utf8_pieces(bytes([int(token[0])]) for token in tokens):
         out.write(piece)

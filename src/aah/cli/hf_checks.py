@@ -131,24 +131,33 @@ def check_budget(
     candidates: list[int],
     limits: ModelLimits | None,
     shown: str | None = None,
+    whole_layers: list[int] | None = None,
 ) -> None:
     """The budget can be met by some plan and does not already allow the full cache; --sinks
     below T. Without `limits` (a hub name before loading) the KV-byte checks wait. `shown`:
     the KV flag as the user wrote it ("--budget-kv-mb 13.5", "--kv-fraction 0.3 (...)"), for
-    the messages."""
+    the messages. `whole_layers` (checked by `check_whole_layers` first) keep the largest
+    candidate in the smallest plan, as the search's allocation does."""
     if sinks >= t:
         raise ValueError(
             f"--sinks {sinks} is not below T={t}: every head would see every token; give fewer "
             "sinks (4 is typical)"
         )
     c0 = candidates[0]
+    whole = sorted(set(whole_layers or ())) if limits is not None else []
     others = ["a smaller --candidates window"] * (c0 > 1) + ["fewer --sinks"] * (sinks > 0)
+    others += ["fewer --whole-layers"] * bool(whole)
     fixes = "".join(f" or {fix}" for fix in others)
-    smallest = f"window {c0} and {sinks} sinks for every head, at T={t}"
+    kept = f", layers {','.join(map(str, whole))} whole at {candidates[-1]}" if whole else ""
+    smallest = f"window {c0} and {sinks} sinks for every head{kept}, at T={t}"
     if budget is not None:
         from aah.attention import coverage
 
-        floor = coverage([[c0]], t, [[sinks]]).causal
+        if whole and limits is not None:
+            rows = _smallest_rows(c0, candidates[-1], whole, limits)
+            floor = coverage(rows, t, [[sinks] * limits.n_head for _ in rows]).causal
+        else:
+            floor = coverage([[c0]], t, [[sinks]]).causal
         if floor > budget:
             least = math.ceil(floor * 10_000) / 10_000
             raise ValueError(
@@ -160,7 +169,7 @@ def check_budget(
         return
     n_head = limits.n_head
     flag = shown or f"--budget-kv-mb {kv_budget / MB:.6g}"
-    cut = [[c0] * n_head for _ in range(limits.n_layer)]
+    cut = _smallest_rows(c0, candidates[-1], whole, limits)
     floor = plan_kv_bytes(cut, [[sinks] * n_head for _ in cut], limits.kv, t)
     if floor > kv_budget:
         least = math.ceil(floor / MB * 1000) / 1000
@@ -174,4 +183,37 @@ def check_budget(
         raise ValueError(
             f"{flag} is at or above the full cache's "
             f"{full / MB:.3f} MB at T={t}: no head would be cut; give less than {full / MB:.3f}"
+        )
+
+
+def _smallest_rows(
+    smallest: int, largest: int, whole: list[int], limits: ModelLimits
+) -> list[list[int]]:
+    """The cheapest plan the search may return: `smallest` everywhere, `largest` on the whole
+    layers."""
+    return [
+        [largest if layer in whole else smallest] * limits.n_head for layer in range(limits.n_layer)
+    ]
+
+
+def check_whole_layers(
+    layers: list[int] | None, limits: ModelLimits | None, candidates: list[int], t: int
+) -> None:
+    """--whole-layers names distinct layers of the model (checked when its shape is known),
+    and the largest candidate window, which those layers keep, is full attention at T."""
+    if not layers:
+        return
+    shown = ",".join(map(str, layers))
+    if limits is not None:
+        n = limits.n_layer
+        if any(not 0 <= layer < n for layer in layers) or len(set(layers)) != len(layers):
+            raise ValueError(
+                f"--whole-layers {shown}: the model has {n} layers, 0..{n - 1}; give distinct "
+                "layers among them"
+            )
+    if candidates[-1] < t:
+        raise ValueError(
+            f"--whole-layers {shown} keeps its layers at the largest candidate window, "
+            f"{candidates[-1]}, which is not full attention at T={t}: add a candidate >= {t} "
+            "to --candidates"
         )

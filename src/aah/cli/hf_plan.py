@@ -85,8 +85,15 @@ def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
         "calibration length (0.3: the per-head cache keeps 30%% of what DynamicCache holds)",
     )
     parser.add_argument(
-        "--sinks", type=int, default=0, metavar="N", help="attention sinks per head (default 0)"
-    )
+        "--sinks", type=int, default=None, metavar="N",
+        help="attention sinks per head (default: chosen end to end, 0 or 4; see --no-choose)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-choose", dest="choose", action="store_false",
+        help="return the signal's one allocation (sinks, whole layers and floor as given, else "
+        "none) instead of judging candidate plans, one uniform window among them, by the "
+        "model's own next-token distributions on 4 held-out blocks (default: judge them)",
+    )  # fmt: skip
     parser.add_argument(
         "--signal",
         metavar="NAME",
@@ -123,10 +130,10 @@ def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
         "--candidates", type=_ints, help="comma-separated windows (default T/32..T)"
     )
     parser.add_argument(
-        "--whole-layers", type=_ints, default=[], metavar="L,L",
+        "--whole-layers", type=_ints, default=None, metavar="L,L",
         help="layers whose KV heads all keep full attention, paid for out of the budget first "
-        "(e.g. 0 with --signal output+retrieval: on SmolLM2-135M facts stated at the very start "
-        "of a long prompt come back)",
+        "(default: chosen end to end, none or the first layer; on SmolLM2-135M the first "
+        "layer brings back facts stated at the very start of a long prompt)",
     )  # fmt: skip
     parser.add_argument("--sample-queries", type=int, default=64, help="exact rows per head, batch")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampled query rows")

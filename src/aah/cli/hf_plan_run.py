@@ -19,6 +19,7 @@ from aah.cli.hf_checks import (
     check_length,
     check_plan_shape,
     check_tokenizer,
+    check_whole_layers,
     model_limits,
     preview_limits,
     sequence_length,
@@ -112,8 +113,9 @@ def search(args: argparse.Namespace) -> int:
         if args.suffix is not None and args.suffix >= t:
             raise ValueError(f"--suffix must be in [1, T={t}), got {args.suffix}")
         cands = args.candidates or default_candidates(t)
+        check_whole_layers(args.whole_layers, limits, cands, t)
         budget, kv_budget, shown = budgets(args, limits, t)
-        check_budget(budget, kv_budget, args.sinks, t, cands, limits, shown)
+        check_budget(budget, kv_budget, args.sinks or 0, t, cands, limits, shown, args.whole_layers)
         return t, budget, kv_budget
 
     limits = _prepare(args)
@@ -138,29 +140,38 @@ def _search_loaded(
         "max_batches": args.max_batches, "sample_queries": args.sample_queries,
         "seed": args.seed, "tokenizer": tokenizer, "sinks": args.sinks,
     }  # fmt: skip
-    if "text" in texts.items:
-        text: Any = texts.items["text"][2]
-    else:  # the shipped mix, cut at T: what `search_plan` reads when given no text
-        from aah.integrations.hf.search import shipped_mix
+    text: Any = texts.items["text"][2] if "text" in texts.items else None
+    if text is None:  # the shipped mix, cut at T: what `search_plan` reads when given no text
+        from aah.integrations.hf.search import HELD_OUT_BLOCKS, MIX_BLOCKS
 
-        text = shipped_mix(model, tokenizer, t, args.max_batches)
-        print(f"calibrating on the shipped mix: {len(text)} blocks of {t} tokens", flush=True)
+        held = f", and {HELD_OUT_BLOCKS} more to judge plans on" if args.choose else ""
+        print(f"calibrating on the shipped mix: {args.max_batches or MIX_BLOCKS} blocks of {t} "
+              f"tokens{held}", flush=True)  # fmt: skip
     plan = search_plan(
         model, text, budget, kv_budget=kv_budget, signal=args.signal, suffix=args.suffix,
-        whole_layers=args.whole_layers, progress=True, **options,
+        whole_layers=args.whole_layers, choose=args.choose, progress=True, **options,
     )  # fmt: skip
     full = full_kv_bytes(limits.kv, t)
-    print_search_summary(plan, limits, full, args.sinks, kv_budget is not None)
+    sinks = max((s for row in plan.sinks or [[0]] for s in row), default=0)
+    print_search_summary(plan, limits, full, sinks, kv_budget is not None)
     info = plan.info
     summary: dict[str, Any] = {
         "out": args.out, "budget": info["budget"], "budget_unit": info["budget_unit"],
         "coverage": info["coverage"], "kv_bytes": info["kv_bytes"], "kv_bytes_full": full,
-        "kv_share": (info["kv_bytes"] or 0) / full, "seq_len": t, "sinks": args.sinks,
+        "kv_share": (info["kv_bytes"] or 0) / full, "seq_len": t, "sinks": sinks,
         "signal": info["signal"],
     }  # fmt: skip
+    if "choice" in info:
+        summary["chosen"] = info["choice"]["chosen"]
     if args.heldout:
+        from aah.integrations.hf.search import shipped_mix
+
         heldout = texts.items["heldout"][2]
-        rows = budget_sweep(model, text, heldout, args.sweep_budgets, **options)
+        sweep_text = (
+            text if text is not None else shipped_mix(model, tokenizer, t, args.max_batches)
+        )
+        sweep_options = {**options, "sinks": sinks}
+        rows = budget_sweep(model, sweep_text, heldout, args.sweep_budgets, **sweep_options)
         print(sweep_table(rows))
         summary["sweep"] = json.loads(sweep_json(rows))["rows"]
     written = [args.out]
@@ -202,6 +213,13 @@ def print_search_summary(
     for layer, row in enumerate(plan.windows):
         print(f"  layer {layer:3d}: {' '.join(str(w) for w in row[::group])}")
     print(MEANINGS)
+    choice = info.get("choice")
+    if choice:
+        print(f"chosen among {len(choice['scores'])} candidates by {choice['objective']} "
+              f"on {choice['held_out_blocks']} {choice['held_out']} blocks (lower is "
+              "better):")  # fmt: skip
+        for name, score in choice["scores"].items():
+            print(f"  {'*' if name == choice['chosen'] else ' '} {score:.5f}  {name}")
     if all(w >= t for row in plan.windows for w in row):
         print(f"note: every head keeps its whole context at T={t}: the budget cuts nothing")
 

@@ -29,7 +29,9 @@ first (`hf.masks.keys_in_use`), so a static cache computes what a dynamic one do
   inside `torch.compile`: the rule as a dense (B, Hq or 1, Tq, Tk) mask over PyTorch's SDPA,
   without data-dependent control flow (a query the mask allows nothing reads the first slot);
 - decoding with `hf.cache.PerHeadCache`, which hands its key tensor over marked (`CACHE_MARK`)
-  so the step reads only the cache's per-head windows and sinks (left padding only).
+  so the step reads only the cache's per-head windows and sinks (left padding only); several
+  tokens after held ones (a chat's next turn) take the same way, as a chunked prefill over the
+  held keys (unpadded rows only).
 The mask checks (additive values other than 0 / -inf, a key after its query, a cache that
 dropped the sinks) read tensor values and run only outside compiled code. Refused with
 ValueError: dropout > 0, non-causal attention (encoders, cross-attention), logit soft-capping,

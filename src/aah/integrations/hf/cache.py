@@ -11,7 +11,11 @@ package's own decoder uses); bytes held are sum over layers and KV heads of
 The prefill writes only those keys (the prompt's attention itself runs over all of them in the
 "aah" function). Each decoding step then reads only the rings and sinks: `update` stores
 nothing and returns the step's own key tensor, marked (`hf.attention.CACHE_MARK`) so the "aah"
-attention function hands the step to `KVCache.attend`.
+attention function hands the step to `KVCache.attend`. Several tokens into a filled cache (the
+next turn of a conversation, a question after a cached document: `generate` with the whole
+sequence so far feeds only the uncached part) are a chunked prefill over the held keys
+(`aah.model.cache_extend`), one row without padding only. `snapshot()` / `restore()` copy the
+state and go back to it exactly (one document prefilled, each question answered from it).
 
 Left padding (batched `generate`) is read from the prefill's position ids; each row's sinks are
 its own first real tokens. Other padding (right, holes, packed rows, custom masks) is refused:
@@ -19,9 +23,9 @@ the rings follow one run of real tokens ending at the last slot. Under `torch.co
 decoding step reads each ring whole under a mask (`KVCache` documents it), one graph for every
 step; the checks that read tensor values (padding, mask, plan) run only outside compiled code.
 Needs transformers with layered caches (`cache_utils.CacheLayerMixin`, 4.56+). Refused with
-ValueError: more than one new token per step (chunked prefill, assisted or speculative
-decoding), beam search, cropping, a model not running "aah" attention, and a plan changed
-after the cache was built.
+ValueError: several new tokens into a filled cache of a left-padded batch or under
+`torch.compile`, beam search, cropping (assisted or speculative decoding), a model not running
+"aah" attention, and a plan changed after the cache was built.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ import torch
 from aah.integrations.hf.attention import CACHE_MARK, SINKS_ATTR, WINDOWS_ATTR
 from aah.integrations.hf.model_layout import layout, require_transformers, sliding_windows
 from aah.model.cache import KVCache
+from aah.model.cache_extend import extend
+from aah.model.cache_snapshot import KVSnapshot, restore_snapshot, take_snapshot
 
 require_transformers()
 try:
@@ -182,6 +188,24 @@ class PerHeadCache(Cache):
         super().reset()
         self.store, self.pending = None, [None] * len(self.layers)
 
+    def snapshot(self) -> KVSnapshot:
+        """A copy of what the cache holds now (after a prefill), for `restore`: e.g. a
+        document prefilled once, each question answered from it. It costs
+        `reserved_nbytes()` once more."""
+        if self.store is None:
+            raise ValueError("PerHeadCache.snapshot: the cache holds nothing yet; prefill first")
+        return take_snapshot(self.store)
+
+    def restore(self, snapshot: KVSnapshot) -> None:
+        """Go back to `snapshot` (taken from this cache since its last reset): the store holds
+        exactly, to the bit, what it held then, and the next forward continues from there."""
+        if self.store is None:
+            raise ValueError("PerHeadCache.restore: the cache was reset since the snapshot")
+        restore_snapshot(self.store, snapshot)
+        for layer in self.layers:
+            layer.seen = snapshot.length
+        self.pending = [None] * len(self.layers)
+
     def _build(self, k: torch.Tensor, position_ids: torch.Tensor | None) -> KVCache:
         pads = None
         if position_ids is not None:
@@ -221,8 +245,11 @@ class PerHeadCache(Cache):
             self.store.prefill(layer, k, v)  # only each head's sinks and last C positions
             if layer == len(self.layers) - 1:
                 self.store.advance(n_new)
-        elif n_new != 1:
-            raise _refuse(f"feeding {n_new} tokens to a filled cache (chunked prefill)")
+        elif n_new != 1 and (self.store.pads is not None or torch.compiler.is_compiling()):
+            raise _refuse(
+                f"feeding {n_new} tokens to a filled cache of a left-padded batch or under "
+                "torch.compile (chunked prefill)"
+            )
         step = _Step(self, layer, seen, decoding=seen > 0)
         self.pending[layer] = step
         self.layers[layer].seen = seen + n_new
@@ -256,14 +283,19 @@ class PerHeadCache(Cache):
         assert store is not None  # a decoding step follows a prefill
         t = store.length
         if not torch.compiler.is_compiling():  # the checks branch on t and on the mask's values
-            self._check_step(layer, windows, sinks, allowed, t)
-        out = store.attend(layer, q, k, v, scale)
+            self._check_step(layer, windows, sinks, allowed, t, q.shape[2])
+        n_new = q.shape[2]
+        if n_new == 1:
+            out = store.attend(layer, q, k, v, scale)
+        else:  # several new tokens after the held ones: a chunked prefill over them
+            out = extend(store, layer, q, k, v, scale)
         if layer == len(self.layers) - 1:
-            store.advance(1)
+            store.advance(n_new)
         return out
 
-    def _check_step(self, layer, windows, sinks, allowed, t: int) -> None:  # type: ignore[no-untyped-def]
-        if [min(w, t + 1) for w in windows] != [min(w, t + 1) for w in self.windows[layer]] or [
+    def _check_step(self, layer, windows, sinks, allowed, t: int, n: int) -> None:  # type: ignore[no-untyped-def]
+        end = t + n  # positions after the step
+        if [min(w, end) for w in windows] != [min(w, end) for w in self.windows[layer]] or [
             int(s) for s in sinks
         ] != self.sinks[layer]:
             raise ValueError(
@@ -277,15 +309,17 @@ class PerHeadCache(Cache):
             )
 
     def _mask_matches(self, layer: int, allowed: torch.Tensor | None, t: int) -> bool:
-        """Whether the step's mask (B, 1 or H, 1, t + 1) shows exactly the real slots of the
-        prompt's left padding, within the layer's own sliding window (its mask hides the rest)."""
+        """Whether the step's mask (B, 1 or H, n, t + n) shows each new query exactly the real
+        slots up to its own, after the prompt's left padding, within the layer's own sliding
+        window (its mask hides the rest)."""
         pads = self.store.pads if self.store is not None else None
         if allowed is None:
             return pads is None
-        slots = torch.arange(t + 1, device=allowed.device)
+        n = allowed.shape[-2]
+        slots = torch.arange(t + n, device=allowed.device)
+        query = torch.arange(t, t + n, device=allowed.device)[:, None]  # (n, 1)
         first = torch.zeros(1, dtype=torch.long) if pads is None else pads
-        real = slots >= first.to(allowed.device)[:, None]  # (B or 1, t + 1)
+        real = (slots >= first.to(allowed.device)[:, None, None]) & (slots <= query)
         cap = self.sliding[layer]
-        recent = slots > t - cap if cap else torch.ones_like(slots, dtype=torch.bool)
-        row = allowed[:, :, -1]  # (B, 1 or H, t + 1)
-        return bool(((row == real[:, None]) | ~recent).all())
+        recent = slots > query - cap if cap else torch.ones_like(real[0])
+        return bool(((allowed == real[:, None]) | ~recent).all())

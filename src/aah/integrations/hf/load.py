@@ -94,12 +94,21 @@ def resolve_device(name: str, what: str = "device") -> Any:
     return device
 
 
-def load_model(name: str, device: str = "auto") -> tuple[Any, Any | None]:
+#: `load_model`'s default: load the tokenizer along with the model
+LOAD_TOKENIZER: Any = object()
+
+
+def load_model(
+    name: str, device: str = "auto", *, tokenizer: Any = LOAD_TOKENIZER
+) -> tuple[Any, Any | None]:
     """(model in eval mode on `device`, tokenizer or None when the source has none).
 
     The tokenizer is tied to the model (`tie_tokenizer`), so `search_plan` and the scoring
     functions read text with it without being handed it again. Without one, text is read as
     UTF-8 bytes, which only a byte-level model (vocab_size 256..512) accepts (`hf.data`).
+    `tokenizer`: one `load_tokenizer(name)` gave already (a command that counts its prompt's
+    tokens before the weights load), used instead of loading it again (half of a GGUF file's
+    load time goes to its tokenizer).
 
     Raises:
         ValueError: a bad or absent device; a GGUF file that is empty, truncated or not GGUF,
@@ -126,15 +135,36 @@ def load_model(name: str, device: str = "auto") -> tuple[Any, Any | None]:
     except LOAD_ERRORS as err:
         raise ValueError(f"{_described(source)} could not be loaded: {_first_line(err)}") from err
     model = model.to(target).eval()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source.location, **extra)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # none: bytes stand-in
-        tokenizer = None
-    # Without tokenizer files some versions build an empty one from the model type: unusable.
-    if tokenizer is not None and not tokenizer.encode("probe text", add_special_tokens=False):
-        tokenizer = None
+    if tokenizer is LOAD_TOKENIZER:
+        tokenizer = _tokenizer_of(source, AutoTokenizer)
     tie_tokenizer(model, tokenizer)
     return model, tokenizer
+
+
+def load_tokenizer(name: str) -> Any | None:
+    """The tokenizer `load_model(name)` would load, or None where the source has none; a
+    few seconds instead of the whole load."""
+    from aah.integrations.hf.model_layout import require_transformers
+
+    require_transformers()
+    from transformers import AutoTokenizer
+
+    source = resolve_source(name)
+    if source.gguf_file is not None:
+        require_gguf_support()
+    return _tokenizer_of(source, AutoTokenizer)
+
+
+def _tokenizer_of(source: ModelSource, auto_tokenizer: Any) -> Any | None:
+    extra = {"gguf_file": source.gguf_file} if source.gguf_file is not None else {}
+    try:
+        tokenizer = auto_tokenizer.from_pretrained(source.location, **extra)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # none: bytes stand-in
+        return None
+    # Without tokenizer files some versions build an empty one from the model type: unusable.
+    if not tokenizer.encode("probe text", add_special_tokens=False):
+        return None
+    return tokenizer
 
 
 #: what a damaged or foreign model file raises inside transformers' loaders (a truncated
