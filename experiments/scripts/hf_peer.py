@@ -211,6 +211,7 @@ def eval_model(args: argparse.Namespace) -> None:
             plan = search_plan(
                 model, calib, kv_budget=int(f * full), sinks=SINKS, seq_len=PROMPT,
                 candidates=CANDIDATES, batch_size=16, signal="mass",  # as the results were made
+                choose=False,
             )  # fmt: skip
             res = per_head(plan.windows)
             show(
