@@ -89,23 +89,9 @@ def method_plan(name: str, model: Any, args: argparse.Namespace, cells: Any) -> 
         if plan is None:
             raise ValueError(f"{name}: KV {args.kv_fraction} at T {args.seq_len} holds no window")
         return plan
-    return default_plan(model, args, cells)
+    from experiments.pretrained.default_search import default_plan
 
-
-def default_plan(model: Any, args: argparse.Namespace, cells: Any) -> Any:
-    """The library's default search at (kv_fraction, seq_len), run once and kept."""
-    from aah.integrations.hf.search import search_plan
-    from aah.plan import WindowPlan
-
-    path = args.out / "plans" / "default.json"
-    if path.exists():
-        return WindowPlan.load(path)
-    start = time.perf_counter()
-    plan = search_plan(model, kv_fraction=args.kv_fraction, seq_len=args.seq_len, progress=True)
-    cells.put("search_seconds", time.perf_counter() - start)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    plan.save(path)
-    return plan
+    return default_plan(model, args.out, args.kv_fraction, args.seq_len, cells)
 
 
 class Clock:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -54,21 +53,6 @@ def window_plans(model: Any, t: int, fraction: float) -> dict[str, Any]:
     }
 
 
-def default_plan(model: Any, args: argparse.Namespace, cells: Any) -> Any:
-    from aah.integrations.hf.search import search_plan
-    from aah.plan import WindowPlan
-
-    path = args.out / "plans" / "default.json"
-    if path.exists():
-        return WindowPlan.load(path)
-    start = time.perf_counter()
-    plan = search_plan(model, kv_fraction=args.kv_fraction, seq_len=args.seq_len, progress=True)
-    cells.put("search_seconds", time.perf_counter() - start)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    plan.save(path)
-    return plan
-
-
 def score(args: argparse.Namespace) -> None:
     import torch
 
@@ -76,6 +60,7 @@ def score(args: argparse.Namespace) -> None:
     from aah.integrations.hf.load import load_model
     from experiments.pretrained.cells import CellStore
     from experiments.pretrained.corpus import block_loss
+    from experiments.pretrained.default_search import default_plan
     from experiments.pretrained.kinds import kind_blocks
 
     torch.set_num_threads(args.threads)
@@ -86,7 +71,7 @@ def score(args: argparse.Namespace) -> None:
     blocks = kind_blocks(tok, kinds, args.seq_len, args.blocks_per_kind, seed=args.seed,
                          vocab_size=model.config.vocab_size)  # fmt: skip
     plans = {"full": None, **window_plans(model, args.seq_len, args.kv_fraction)}
-    plans["default"] = default_plan(model, args, cells)
+    plans["default"] = default_plan(model, args.out, args.kv_fraction, args.seq_len, cells)
     for name, plan in plans.items():
         if plan is not None:
             plan.save(args.out / "plans" / f"{name}.json")

@@ -9,6 +9,7 @@ import pytest
 import torch
 from hf_models import VOCAB, tiny_model
 
+from aah.cli.hf_stream import cache_argument as cache_kwargs
 from aah.integrations import hf
 
 pytest.importorskip("transformers.cache_utils", reason="needs layered caches")
@@ -17,13 +18,6 @@ from aah.integrations.hf.cache import PerHeadCache
 PLAN = [[4, 6, 128, 3], [5, 2, 8, 8]]
 SINKS = [[2, 2, 0, 1], [1, 0, 3, 3]]
 PAD = 1
-
-
-def cache_kwargs(model, cache) -> dict:  # type: ignore[no-untyped-def]
-    import inspect
-
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    return {name: cache}
 
 
 def ids_of(n: int, seed: int = 1) -> torch.Tensor:

@@ -1,0 +1,28 @@
+"""The library's default plan search, as a user calls it, run once per study folder and kept.
+
+`aah.hf.search_plan(model, kv_fraction=F, seq_len=T)` with no other argument: the shipped mix
+and the end-to-end choice. The plan goes to OUT/plans/default.json and its wall-clock seconds
+to the folder's cells, so a resumed study reuses the plan and still reports what it cost.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+
+def default_plan(model: Any, out: Path, kv_fraction: float, seq_len: int, cells: Any) -> Any:
+    """The default search's `WindowPlan` for `model`, searched once (module docstring)."""
+    from aah.integrations.hf.search import search_plan
+    from aah.plan import WindowPlan
+
+    path = Path(out) / "plans" / "default.json"
+    if path.exists():
+        return WindowPlan.load(path)
+    start = time.perf_counter()
+    plan = search_plan(model, kv_fraction=kv_fraction, seq_len=seq_len, progress=True)
+    cells.put("search_seconds", time.perf_counter() - start)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    plan.save(path)
+    return plan

@@ -1,0 +1,64 @@
+"""`python -m experiments.scripts.default_vs_window` end to end on a tiny Llama saved with its
+own tokenizer: the plans it compares hold the same bytes, every cell is the loss a plain forward
+gives under that plan, the table's differences are those of the cells, and a second run
+computes nothing again."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from hf_tokenized import save_tokenized_llama
+
+from experiments.scripts import default_vs_window as study
+
+
+def run(folder, out):  # type: ignore[no-untyped-def]
+    argv = ["--model", str(folder), "--out", str(out), "--seq-len", "64", "--kv-fraction", "0.5",
+            "--kinds", "python,c", "--blocks-per-kind", "1", "--threads", "1"]  # fmt: skip
+    return study.main(argv)
+
+
+def test_the_study_scores_each_plan_and_resumes(tmp_path, monkeypatch) -> None:
+    folder, out = tmp_path / "llama", tmp_path / "out"
+    save_tokenized_llama(folder, max_position_embeddings=128)
+    assert run(folder, out) == 0
+    cells = [json.loads(line) for line in (out / "cells.jsonl").read_text().splitlines()]
+    values = {c["key"]: c["value"] for c in cells[1:]}
+    assert len(values) == 4 * 2 + 1  # four plans x two blocks, and the search's seconds
+    plans = {m: json.loads((out / "plans" / f"{m}.json").read_text()) for m in study.METHODS[1:]}
+    assert "choice" in plans["default"]
+    assert all(s == 4 for row in plans["uniform-s4"]["sinks"] for s in row)
+    assert not any(s for row in plans["uniform-s0"].get("sinks") or [] for s in row)
+    results = json.loads((out / "results.json").read_text())
+    better = results["better_window"]
+    blocks = json.loads((out / "blocks.json").read_text())
+    pooled = results["kinds"]["pooled"]
+    by_doc: dict[str, list[float]] = {}
+    for i, block in enumerate(blocks):
+        diff = values[f"default/{i}"] - values[f"{better}/{i}"]
+        by_doc.setdefault(block["document"], []).append(diff)
+    means = [sum(v) / len(v) for v in by_doc.values()]
+    assert pooled["diff"] == pytest.approx(sum(means) / len(means))
+    # a cell is the plain loss of its block under its plan
+    from aah.integrations.hf.apply_plan import applied
+    from aah.integrations.hf.load import load_model
+    from experiments.pretrained.kinds import kind_blocks
+
+    model, tok = load_model(str(folder))
+    ids = torch.tensor([kind_blocks(tok, ["python"], 64, 1)[0].ids])
+    plan = plans["uniform-s4"]
+    with torch.no_grad(), applied(model, plan["windows"], sinks=plan["sinks"]):
+        logits = model(ids).logits[0, :-1]
+    want = float(torch.nn.functional.cross_entropy(logits, ids[0, 1:]))
+    assert values["uniform-s4/0"] == pytest.approx(want, rel=1e-5)
+    monkeypatch.setattr(
+        "aah.integrations.hf.search.search_plan", lambda *a, **k: pytest.fail("searched again")
+    )
+    calls = []
+    monkeypatch.setattr("experiments.pretrained.corpus.block_loss", lambda *a: calls.append(a))
+    assert run(folder, out) == 0 and not calls  # every cell on file: nothing computed again
