@@ -115,7 +115,9 @@ def check_candidate_flag(candidates: list[int]) -> None:
 
 
 def check_budget_flags(
-    budget: float | None, kv_mb: float | None, sinks: int | None,
+    budget: float | None,
+    kv_mb: float | None,
+    sinks: int | None,
     kv_fraction: float | None = None,
 ) -> None:
     """One budget at most (--budget in (0, 1], --budget-kv-mb > 0 or --kv-fraction in (0, 1))
