@@ -36,6 +36,7 @@ CELL_NUMBER = re.compile(r"\**(\d+\.\d+)\**")
 #: where the docs' quotes come from, relative to the project root
 REPORT_GLOBS = (
     "results/REPORT.md", "results/posthoc*/posthoc.md", "results/pretrained/*/table.md",
+    "results/pretrained/*/*/table.md",
     "results/hf-peer/peer.md",
 )  # fmt: skip
 #: runs whose numbers live in JSON only (`json_quotes`)

@@ -130,8 +130,9 @@ def report(args: argparse.Namespace, cells: Any, blocks: list[Any]) -> None:
     (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     head = (
         f"default plan minus the better window (`{better}`), nats per token; mean per document, "
-        "95% t interval over documents; p: Holm over the kinds (pooled: unadjusted)\n\n"
-        "| kind | blocks / documents | better window minus full | default minus window | p | "
+        "95% t interval over documents; Holm p: over the kinds (the pooled row's p is "
+        "unadjusted)\n\n"
+        "| kind | blocks / documents | better window minus full | default minus window | Holm p | "
         "share of the window's gap closed |\n|---|---|---|---|---|---|"
     )
     means = ", ".join(f"{m} {v:.4f}" for m, v in pooled.items())
