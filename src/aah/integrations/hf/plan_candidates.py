@@ -1,7 +1,7 @@
 """The candidate plans a search chooses among, end to end (`hf.plan_choice`).
 
 How many sinks a model wants, and whether a layer must stay whole, differ by model: SmolLM2-135M
-loses 0.4 nats at one window without 4 sinks, Gemma 3 270M loses 0.8 with them (its sliding
+loses 0.41 nats at one window without 4 sinks, Gemma 3 270M loses 1.06 with them (its sliding
 layers never saw their context's first tokens); SmolLM2 needs its first layer whole to fetch
 facts from the start of a long prompt. So the search does not fix them. Each setting a caller
 leaves open (None) takes every value of its grid, a forced one takes just that value:
