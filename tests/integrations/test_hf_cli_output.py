@@ -116,3 +116,19 @@ def test_the_search_chooses_end_to_end_and_says_so(inputs, tmp_path, capsys):
     assert json.loads(lines[-1])["chosen"] == chosen == min(scores, key=scores.get)
     shown = [line for line in lines if line.startswith("  * ")]
     assert len(shown) == 1 and shown[0].endswith(chosen)
+
+
+def test_refine_from_the_command_line_is_the_apis_refined_plan(inputs, tmp_path, capsys):
+    argv = ["plan", "search", str(inputs / "llama"), "--text", str(inputs / "text.txt"),
+            "--out", str(tmp_path / "plan.json"), "--seq-len", "32", "--max-batches", "4",
+            "--candidates", "4,8,16,32", "--threads", "1", "--refine"]  # fmt: skip
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    plan = WindowPlan.load(tmp_path / "plan.json")
+    assert summary["refined"] == [move for move, _ in plan.info["refine"]["steps"][1:]]
+    model, tokenizer = load_model(str(inputs / "llama"), "cpu")
+    again = search_plan(model, TEXT, 0.3, seq_len=32, max_batches=4, candidates=[4, 8, 16, 32],
+                        refine=True, tokenizer=tokenizer)  # fmt: skip
+    assert again.windows == plan.windows and again.info["refine"] == plan.info["refine"]
+    assert main([*argv, "--no-choose"]) == 2
+    assert "--refine judges plans on the choice's held-out blocks" in capsys.readouterr().err

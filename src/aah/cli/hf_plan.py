@@ -95,6 +95,13 @@ def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
         "model's own next-token distributions on 4 held-out blocks (default: judge them)",
     )  # fmt: skip
     parser.add_argument(
+        "--refine", action="store_true",
+        help="after the choice, exchange budget between groups of layers (quarters; on a "
+        "hybrid model also its sliding and its full layers), each exchange judged on the same "
+        "held-out blocks; the chosen plan stands unless one helps (up to 16 passes over them, "
+        "24 on a hybrid model)",
+    )  # fmt: skip
+    parser.add_argument(
         "--signal",
         metavar="NAME",
         default="output",

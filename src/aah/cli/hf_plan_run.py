@@ -106,6 +106,8 @@ def _token_counter(tokenizer: Any, limits: ModelLimits) -> Any:
 def search(args: argparse.Namespace) -> int:
     from aah.integrations.hf.search import default_candidates
 
+    if args.refine and not args.choose:
+        raise ValueError("--refine judges plans on the choice's held-out blocks: drop --no-choose")
     texts = Texts.read(text=args.text, heldout=args.heldout)
 
     def check(limits: ModelLimits | None) -> tuple[int, float | None, int | None]:
@@ -149,7 +151,8 @@ def _search_loaded(
               f"tokens{held}", flush=True)  # fmt: skip
     plan = search_plan(
         model, text, budget, kv_budget=kv_budget, signal=args.signal, suffix=args.suffix,
-        whole_layers=args.whole_layers, choose=args.choose, progress=True, **options,
+        whole_layers=args.whole_layers, choose=args.choose, refine=args.refine, progress=True,
+        **options,
     )  # fmt: skip
     full = full_kv_bytes(limits.kv, t)
     sinks = max((s for row in plan.sinks or [[0]] for s in row), default=0)
@@ -163,6 +166,8 @@ def _search_loaded(
     }  # fmt: skip
     if "choice" in info:
         summary["chosen"] = info["choice"]["chosen"]
+    if "refine" in info:
+        summary["refined"] = [move for move, _ in info["refine"]["steps"][1:]]
     if args.heldout:
         from aah.integrations.hf.search import shipped_mix
 

@@ -106,9 +106,11 @@ def choose(
     held_out: Sequence[torch.Tensor],
     *,
     progress: bool = False,
+    reference: FullReference | None = None,
 ) -> list[Scored]:
     """Every (name, plan) scored on `held_out` (module docstring), lowest divergence first;
-    ties keep the candidates' order. The model is left as it was."""
+    ties keep the candidates' order. The model is left as it was. `reference`: the full
+    attention's distributions on `held_out`, when already computed."""
     if not candidates:
         raise ValueError("no candidate plans to choose from")
     bar: Any = contextlib.nullcontext()
@@ -117,7 +119,8 @@ def choose(
 
         bar = tqdm(total=len(candidates), desc="judging plans", unit="plan")
     with bar as tick:
-        reference = FullReference.of(model, held_out)
+        if reference is None:
+            reference = FullReference.of(model, held_out)
         scored = []
         for name, plan in candidates:
             scored.append(Scored(name, plan, reference.divergence(model, plan)))

@@ -15,6 +15,9 @@
    allocations, and each candidate runs whole on held-out blocks: the plan whose next-token
    distributions move least from full attention is returned (`hf.plan_choice`), so the
    search never returns a plan that one window beats there.
+4. With `refine` (off by default), the chosen plan's budget is then exchanged between groups
+   of layers, each exchange judged on the same held-out blocks (`hf.plan_refine`); it is kept
+   only where it lowers the divergence.
 
 The plan is a `WindowPlan` (windows, sinks, seq_len = the calibration length T) whose `info`
 records the search: `budget` (a coverage, or bytes), `budget_unit` ("coverage" or
@@ -24,7 +27,8 @@ per sequence after T positions; None for a plan of costs given without the model
 heads of the chosen attention mass, for a signal whose unit is "mass", else None),
 `loss_increase` (the summed single-KV-head loss rises of the chosen windows in nats, for a
 "loss" unit, else None), `floor` (the floor window, only when there is one) and `choice`
-(with `choose`: the objective, the held-out blocks, every candidate's score, the one chosen).
+(with `choose`: the objective, the held-out blocks, every candidate's score, the one chosen)
+and `refine` (with `refine`: each step's move and divergence, the start first).
 Older plan files (the searched-plan format with `sinks: null`) load the same way
 (`WindowPlan.load`).
 
@@ -59,7 +63,9 @@ from aah.integrations.hf.data import TextLike, token_batches
 from aah.integrations.hf.load import resolve_tokenizer
 from aah.integrations.hf.model_layout import kv_shape, layout, sliding_windows
 from aah.integrations.hf.plan_candidates import sink_name, uniform_plan, variants
+from aah.integrations.hf.plan_choice import FullReference
 from aah.integrations.hf.plan_choice import choose as choose_plan
+from aah.integrations.hf.plan_refine import refine as refine_plan
 from aah.integrations.hf.signal_registry import make_signal, signal_factory, signal_names
 from aah.integrations.hf.signals import SearchContext, Signal
 from aah.plan import WindowPlan
@@ -263,6 +269,7 @@ def search_plan(
     floor: float | None = None,
     whole_layers: Sequence[int] | None = None,
     choose: bool = True,
+    refine: bool = False,
     batch_size: int = 1,
     max_batches: int | None = None,
     seed: int = 0,
@@ -315,6 +322,10 @@ def search_plan(
             budget first; None (the default): chosen (none or [0]) with `choose`, else none.
         choose: judge the candidates end to end and return the best (default); False: the
             one allocation of the settings given, as measured by the signal alone.
+        refine: after the choice, exchange budget between groups of layers, each exchange
+            judged end to end on the same held-out blocks (`hf.plan_refine`; up to 2 rounds
+            of 8 moves, 12 on a hybrid model, each a pass over the held-out blocks); the
+            chosen plan stands unless a move lowers its divergence. Needs `choose`.
         progress: progress bars over the calibration passes and the choice (None: when
             stderr is a terminal).
         sample_queries: exact attention rows per head and batch, for the signals that sample
@@ -325,8 +336,11 @@ def search_plan(
     tokenizer = resolve_tokenizer(model, tokenizer)  # the one `load_model` tied, if not given
     if progress is None:
         progress = sys.stderr.isatty()
-    if not isinstance(choose, bool):
-        raise ValueError(f"choose must be True or False, got {choose!r}")
+    for flag, value in (("choose", choose), ("refine", refine)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{flag} must be True or False, got {value!r}")
+    if refine and not choose:
+        raise ValueError("refine judges plans on the choice's held-out blocks: it needs choose")
     measured = resolve_signal(signal, sample_queries=sample_queries, suffix=suffix)
     limit = {"budget": budget, "kv_budget": kv_budget, "kv_fraction": kv_fraction}
     if sinks is not None:
@@ -378,7 +392,8 @@ def search_plan(
         window = uniform_plan(search_budget(model, t, s, **limit), type(model).__name__)
         if window is not None:
             plans.append((f"uniform, {sink_name(s)}", window))
-    scored = choose_plan(model, plans, held_out, progress=progress)
+    reference = FullReference.of(model, held_out)
+    scored = choose_plan(model, plans, held_out, progress=progress, reference=reference)
     best = scored[0]
     best.plan.info["choice"] = {
         "objective": "mean KL(full || plan) of the next token, nats",
@@ -387,7 +402,21 @@ def search_plan(
         "chosen": best.name,
         "scores": {s.name: s.divergence for s in scored},
     }
-    return best.plan
+    if not refine:
+        return best.plan
+    own = search_budget(model, t, plan_sinks(best.plan), **limit)
+    plan, steps = refine_plan(
+        model, best.plan, own, reference, start=best.divergence, progress=progress
+    )
+    plan.info["refine"] = {"steps": [[s.move, s.divergence] for s in steps]}
+    return plan
+
+
+def plan_sinks(plan: WindowPlan) -> int | tuple[int, ...]:
+    """The plan's sinks as a `Budget` takes them: one count, or one per layer (the first
+    head's: every candidate of the search gives a layer's heads one count)."""
+    per_layer = tuple(int(row[0]) if row else 0 for row in plan.sinks)
+    return per_layer[0] if len(set(per_layer)) == 1 else per_layer
 
 
 def _held_out(
