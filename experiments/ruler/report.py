@@ -5,6 +5,10 @@ with like), in points with a 95% percentile bootstrap interval (`scoring`). A ta
 towards the mean only where full attention is well above zero on it: full's mean at least
 `FLOOR` points and the low end of its interval above 0. The table shows every task, marks the
 others, and names them in a line; without `full` among the methods every task counts.
+
+Cells of kvpress's presses (`kvpress-*`, written into the same cells.jsonl by
+`experiments.scripts.ruler_kvpress`) are shown as further methods, their KV share the one they
+measured after the context; like every method they limit the table to the samples they answered.
 """
 
 from __future__ import annotations
@@ -17,6 +21,24 @@ from experiments.ruler.scoring import Interval, mean_interval, task_interval
 
 #: full attention's mean score (points) a task needs to count towards the mean
 FLOOR = 20.0
+#: the methods of experiments.scripts.ruler_kvpress, which has no plan here
+PEER_PREFIX = "kvpress-"
+
+
+def peer_methods(cells: Any) -> list[str]:
+    """The `kvpress-*` methods with cells in the file of `cells`, in the order first written."""
+    from aah.records import read_jsonl
+
+    keys = [row.get("key", "") for row in read_jsonl(cells.path)]
+    return list(dict.fromkeys(k.split("/")[0] for k in keys if k.startswith(PEER_PREFIX)))
+
+
+def peer_shares(samples: list[Any], cells: Any, methods: list[str],
+                peers: list[str]) -> dict[str, float]:  # fmt: skip
+    """Each peer method's mean measured KV share over the samples every method answered."""
+    done = [s for ss in answered(samples, cells, methods).values() for s in ss]
+    return {m: sum(cells.get(f"{m}/{s.task}/{s.index}").get("kv_fraction", 1.0) for s in done)
+            / max(len(done), 1) for m in peers}  # fmt: skip
 
 
 def answered(samples: list[Any], cells: Any, methods: list[str]) -> dict[str, list[Any]]:
@@ -99,8 +121,14 @@ def table(args: argparse.Namespace, summary: dict[str, Any], methods: list[str],
         notes.append("No `full` among the methods: every task counts towards the mean.")
     if not summary["means"]:
         notes.append("No task counts, so there is no mean.")
+    own = [m for m in methods if not m.startswith(PEER_PREFIX)]
     notes.append("KV bytes at T, share of the full cache: "
-                 + ", ".join(f"{m} {shares[m]:.3f}" for m in methods) + ".")  # fmt: skip
+                 + ", ".join(f"{m} {shares[m]:.3f}" for m in own) + ".")  # fmt: skip
+    if len(own) < len(methods):
+        notes.append("kvpress, KV bytes held after the context, share of the full cache's "
+                     "(measured; AdaKV holds every position and masks the pruned): "
+                     + ", ".join(f"{m} {shares[m]:.3f}" for m in methods if m not in own)
+                     + ".")  # fmt: skip
     per_sample = {m: sum(summary["seconds"][m].values()) / max(len(summary["tasks"]), 1)
                   for m in methods}  # fmt: skip
     notes.append("Seconds per sample (mean over tasks): "
@@ -114,9 +142,11 @@ def write_report(
     """Write table.md and results.json into args.out; the results."""
     from experiments.ruler.samples import digest
 
-    methods = list(plans)
+    peers = peer_methods(cells)
+    methods = list(plans) + peers
     summary = summarize(samples, cells, methods)
-    shares = kv_shares(plans, model, args.seq_len)
+    shares = {**kv_shares(plans, model, args.seq_len),
+              **peer_shares(samples, cells, methods, peers)}  # fmt: skip
     text = table(args, summary, methods, shares)
     default = plans.get("default")
     results = {
