@@ -8,7 +8,9 @@ Plans, all at the same KV bytes (a fraction of the model's own full cache at T):
   exactly as a user calls it (the shipped mix, the end-to-end choice);
 - `uniform-s0` / `uniform-s4`: one window for every head, the widest that fits, without
   sinks and with 4 (StreamingLLM);
-- `full`: full attention (the gap's other end).
+- `full`: full attention (the gap's other end);
+- `refined` (with --refined, exploratory): the default search with its refine step,
+  `search_plan(..., refine=True)`, reported against `default` in a table of its own.
 
 Every block is scored as a prompt is read (BOS first where the tokenizer adds one) by its mean
 next-token loss. The baseline is the *better* window, the one of the two with the lower pooled
@@ -39,6 +41,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--blocks-per-kind", type=int, default=12)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--refined", action="store_true",
+        help="also score the search with its refine step against the default",
+    )  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -64,7 +70,8 @@ def score(args: argparse.Namespace) -> None:
     from experiments.pretrained.kinds import kind_blocks
 
     torch.set_num_threads(args.threads)
-    settings = {k: str(v) for k, v in vars(args).items() if k not in ("out", "threads")}
+    # --refined adds a plan to a folder's cells: it is not a setting the others depend on
+    settings = {k: str(v) for k, v in vars(args).items() if k not in ("out", "threads", "refined")}
     cells = CellStore(args.out / "cells.jsonl", settings)
     model, tok = load_model(args.model)
     kinds = args.kinds.split(",")
@@ -72,6 +79,9 @@ def score(args: argparse.Namespace) -> None:
                          vocab_size=model.config.vocab_size)  # fmt: skip
     plans = {"full": None, **window_plans(model, args.seq_len, args.kv_fraction)}
     plans["default"] = default_plan(model, args.out, args.kv_fraction, args.seq_len, cells)
+    if args.refined:
+        plans["refined"] = default_plan(model, args.out, args.kv_fraction, args.seq_len, cells,
+                                        refine=True)  # fmt: skip
     for name, plan in plans.items():
         if plan is not None:
             plan.save(args.out / "plans" / f"{name}.json")
@@ -92,52 +102,80 @@ def score(args: argparse.Namespace) -> None:
     report(args, cells, blocks)
 
 
-def report(args: argparse.Namespace, cells: Any, blocks: list[Any]) -> None:
+def comparison(loss: dict[str, list[float]], blocks: list[Any], plan: str, base: str) -> dict:
+    """`plan` minus `base` per kind and pooled: the mean per document with its interval, the
+    base's gap to full and the share of it closed; Holm over the kinds."""
     from aah.report.comparisons import holm
     from experiments.pretrained.clusters import clustered_estimate
 
-    loss = {m: [cells.get(f"{m}/{i}") for i in range(len(blocks))] for m in METHODS}
-    pooled = {m: sum(v) / len(v) for m, v in loss.items()}
-    better = min(("uniform-s0", "uniform-s4"), key=pooled.__getitem__)
-    rows, results = [], {"better_window": better, "pooled_means": pooled, "kinds": {}}
     groups = {kind: [i for i, b in enumerate(blocks) if b.kind == kind]
               for kind in dict.fromkeys(b.kind for b in blocks)}  # fmt: skip
     groups["pooled"] = list(range(len(blocks)))
+    kinds = {}
     for kind, idx in groups.items():
         docs = [blocks[i].document for i in idx]
-        diff = [loss["default"][i] - loss[better][i] for i in idx]
-        gap = [loss[better][i] - loss["full"][i] for i in idx]
+        diff = [loss[plan][i] - loss[base][i] for i in idx]
+        gap = [loss[base][i] - loss["full"][i] for i in idx]
         est, gap_est = clustered_estimate(diff, docs), clustered_estimate(gap, docs)
         closed = -est.mean / gap_est.mean if gap_est.mean > 0 else float("nan")
-        results["kinds"][kind] = {
+        kinds[kind] = {
             "blocks": len(idx), "documents": len(set(docs)), "diff": est.mean,
             "ci": list(est.ci), "p": est.p, "window_gap": gap_est.mean,
             "window_gap_ci": list(gap_est.ci), "gap_closed": closed,
         }  # fmt: skip
-    kinds = [k for k in groups if k != "pooled"]
-    for kind, p in zip(kinds, holm([results["kinds"][k]["p"] for k in kinds]), strict=True):
-        results["kinds"][kind]["holm_p"] = p
-    for kind, r in results["kinds"].items():
-        rows.append(
-            f"| {kind} | {r['blocks']} / {r['documents']} | {r['window_gap']:+.4f} "
-            f"[{r['window_gap_ci'][0]:+.4f}, {r['window_gap_ci'][1]:+.4f}] | **{r['diff']:+.4f}** "
-            f"[{r['ci'][0]:+.4f}, {r['ci'][1]:+.4f}] | {r.get('holm_p', r['p']):.2g} | "
-            f"{r['gap_closed']:.0%} |"
-        )
+    named = [k for k in groups if k != "pooled"]
+    for kind, p in zip(named, holm([kinds[k]["p"] for k in named]), strict=True):
+        kinds[kind]["holm_p"] = p
+    return kinds
+
+
+def table_rows(kinds: dict[str, Any]) -> list[str]:
+    return [
+        f"| {kind} | {r['blocks']} / {r['documents']} | {r['window_gap']:+.4f} "
+        f"[{r['window_gap_ci'][0]:+.4f}, {r['window_gap_ci'][1]:+.4f}] | **{r['diff']:+.4f}** "
+        f"[{r['ci'][0]:+.4f}, {r['ci'][1]:+.4f}] | {r.get('holm_p', r['p']):.2g} | "
+        f"{r['gap_closed']:.0%} |"
+        for kind, r in kinds.items()
+    ]
+
+
+def report(args: argparse.Namespace, cells: Any, blocks: list[Any]) -> None:
+    methods = [*METHODS, "refined"] if args.refined else list(METHODS)
+    loss = {m: [cells.get(f"{m}/{i}") for i in range(len(blocks))] for m in methods}
+    pooled = {m: sum(v) / len(v) for m, v in loss.items()}
+    better = min(("uniform-s0", "uniform-s4"), key=pooled.__getitem__)
+    kinds = comparison(loss, blocks, "default", better)
+    results = {"better_window": better, "pooled_means": pooled, "kinds": kinds}
     plan = json.loads((args.out / "plans" / "default.json").read_text())
     results["default_choice"] = plan.get("choice")
     results["search_seconds"] = cells.get("search_seconds")
-    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    columns = (
+        "| kind | blocks / documents | {base} minus full | {plan} minus {base} | Holm p | "
+        "share of {base}'s gap closed |\n|---|---|---|---|---|---|"
+    )
     head = (
         f"default plan minus the better window (`{better}`), nats per token; mean per document, "
         "95% t interval over documents; Holm p: over the kinds (the pooled row's p is "
-        "unadjusted)\n\n"
-        "| kind | blocks / documents | better window minus full | default minus window | Holm p | "
-        "share of the window's gap closed |\n|---|---|---|---|---|---|"
+        "unadjusted)\n\n" + columns.format(base="better window", plan="default")
     )
     means = ", ".join(f"{m} {v:.4f}" for m, v in pooled.items())
     chosen = (results["default_choice"] or {}).get("chosen")
-    text = f"{head}\n" + "\n".join(rows) + f"\n\npooled means: {means}\n\ndefault chose: {chosen}\n"
+    text = f"{head}\n" + "\n".join(table_rows(kinds))
+    text += f"\n\npooled means: {means}\n\ndefault chose: {chosen}\n"
+    if args.refined:
+        refined = comparison(loss, blocks, "refined", "default")
+        steps = json.loads((args.out / "plans" / "refined.json").read_text())["refine"]["steps"]
+        results["refined"] = {"kinds": refined, "steps": steps,
+                              "vs_better_window": comparison(loss, blocks, "refined", better),
+                              "search_seconds": cells.get("refine_search_seconds")}  # fmt: skip
+        text += (
+            "\n## Exploratory: the search with its refine step (`refined`) minus `default`\n\n"
+            + columns.format(base="default", plan="refined") + "\n"
+            + "\n".join(table_rows(refined))
+            + "\n\nrefine steps (move, held-out KL): "
+            + ", ".join(f"{m} {d:.4f}" for m, d in steps) + "\n"
+        )  # fmt: skip
+    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (args.out / "table.md").write_text(text)
     print(text)
 

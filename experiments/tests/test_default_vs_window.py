@@ -17,10 +17,13 @@ from hf_tokenized import save_tokenized_llama
 from experiments.scripts import default_vs_window as study
 
 
-def run(folder, out):  # type: ignore[no-untyped-def]
-    argv = ["--model", str(folder), "--out", str(out), "--seq-len", "64", "--kv-fraction", "0.5",
+def study_args(folder, out) -> list[str]:  # type: ignore[no-untyped-def]
+    return ["--model", str(folder), "--out", str(out), "--seq-len", "64", "--kv-fraction", "0.5",
             "--kinds", "python,c", "--blocks-per-kind", "1", "--threads", "1"]  # fmt: skip
-    return study.main(argv)
+
+
+def run(folder, out):  # type: ignore[no-untyped-def]
+    return study.main(study_args(folder, out))
 
 
 def test_the_study_scores_each_plan_and_resumes(tmp_path, monkeypatch) -> None:
@@ -62,3 +65,24 @@ def test_the_study_scores_each_plan_and_resumes(tmp_path, monkeypatch) -> None:
     calls = []
     monkeypatch.setattr("experiments.pretrained.corpus.block_loss", lambda *a: calls.append(a))
     assert run(folder, out) == 0 and not calls  # every cell on file: nothing computed again
+
+
+def test_refined_joins_a_finished_folder_without_touching_its_cells(tmp_path) -> None:
+    folder, out = tmp_path / "llama", tmp_path / "out"
+    save_tokenized_llama(folder, max_position_embeddings=128)
+    assert run(folder, out) == 0
+    before = (out / "cells.jsonl").read_text()
+    assert study.main([*study_args(folder, out), "--refined"]) == 0
+    after = (out / "cells.jsonl").read_text()
+    assert after.startswith(before)  # the settings line and the cells stand; more appended
+    values = {c["key"]: c["value"] for c in map(json.loads, after.splitlines()[1:])}
+    assert {"refined/0", "refined/1", "refine_search_seconds"} <= set(values)
+    refined = json.loads((out / "plans" / "refined.json").read_text())
+    default = json.loads((out / "plans" / "default.json").read_text())
+    assert refined["choice"] == default["choice"]  # the same search, then its refine step
+    results = json.loads((out / "results.json").read_text())
+    assert results["refined"]["steps"] == refined["refine"]["steps"]
+    pooled = results["refined"]["kinds"]["pooled"]
+    diffs = [values[f"refined/{i}"] - values[f"default/{i}"] for i in range(2)]
+    assert pooled["diff"] == pytest.approx(sum(diffs) / 2)  # two blocks, two documents
+    assert "(`refined`) minus `default`" in (out / "table.md").read_text()
