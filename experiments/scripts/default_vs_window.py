@@ -42,6 +42,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument(
+        "--first-block", type=int, default=0,
+        help="score each kind's blocks from this one on in the seeded order (a confirmation on "
+        "documents the first blocks did not read)",
+    )  # fmt: skip
+    p.add_argument(
+        "--methods", default=",".join(METHODS),
+        help="the plans to score, of full, uniform-s0, uniform-s4, default (a confirmation "
+        "names its baseline in advance)",
+    )  # fmt: skip
+    p.add_argument(
         "--refined", action="store_true",
         help="also score the search with its refine step against the default",
     )  # fmt: skip
@@ -70,15 +80,24 @@ def score(args: argparse.Namespace) -> None:
     from experiments.pretrained.kinds import kind_blocks
 
     torch.set_num_threads(args.threads)
-    # --refined adds a plan to a folder's cells: it is not a setting the others depend on
-    settings = {k: str(v) for k, v in vars(args).items() if k not in ("out", "threads", "refined")}
+    methods = study_methods(args.methods)
+    if args.first_block < 0:
+        raise ValueError(f"--first-block must be >= 0, got {args.first_block}")
+    # --refined and --methods choose which plans score a folder's blocks, and first_block is
+    # a setting only where it is used: the folders made before these options stay resumable
+    skip = {"out", "threads", "refined", "methods"} | ({"first_block"} if not args.first_block
+                                                       else set())  # fmt: skip
+    settings = {k: str(v) for k, v in vars(args).items() if k not in skip}
     cells = CellStore(args.out / "cells.jsonl", settings)
     model, tok = load_model(args.model)
     kinds = args.kinds.split(",")
-    blocks = kind_blocks(tok, kinds, args.seq_len, args.blocks_per_kind, seed=args.seed,
-                         vocab_size=model.config.vocab_size)  # fmt: skip
+    per_kind = args.first_block + args.blocks_per_kind
+    drawn = kind_blocks(tok, kinds, args.seq_len, per_kind, seed=args.seed,
+                        vocab_size=model.config.vocab_size)  # fmt: skip
+    blocks = [b for i, b in enumerate(drawn) if i % per_kind >= args.first_block]
     plans = {"full": None, **window_plans(model, args.seq_len, args.kv_fraction)}
     plans["default"] = default_plan(model, args.out, args.kv_fraction, args.seq_len, cells)
+    plans = {m: plans[m] for m in methods}
     if args.refined:
         plans["refined"] = default_plan(model, args.out, args.kv_fraction, args.seq_len, cells,
                                         refine=True)  # fmt: skip
@@ -139,11 +158,24 @@ def table_rows(kinds: dict[str, Any]) -> list[str]:
     ]
 
 
+def study_methods(text: str) -> list[str]:
+    """The methods named, in METHODS' order; ValueError for an unknown one, or a set without
+    full, default and a window (what the comparison needs)."""
+    names = {m.strip() for m in text.split(",") if m.strip()}
+    unknown = sorted(names - set(METHODS))
+    if unknown:
+        raise ValueError(f"unknown method {unknown[0]!r}; known: {', '.join(METHODS)}")
+    if not {"full", "default"} <= names or not names & {"uniform-s0", "uniform-s4"}:
+        raise ValueError(f"--methods needs full, default and a window, got {text!r}")
+    return [m for m in METHODS if m in names]
+
+
 def report(args: argparse.Namespace, cells: Any, blocks: list[Any]) -> None:
-    methods = [*METHODS, "refined"] if args.refined else list(METHODS)
+    methods = study_methods(args.methods) + (["refined"] if args.refined else [])
     loss = {m: [cells.get(f"{m}/{i}") for i in range(len(blocks))] for m in methods}
     pooled = {m: sum(v) / len(v) for m, v in loss.items()}
-    better = min(("uniform-s0", "uniform-s4"), key=pooled.__getitem__)
+    windows = [m for m in ("uniform-s0", "uniform-s4") if m in loss]
+    better = min(windows, key=pooled.__getitem__)
     kinds = comparison(loss, blocks, "default", better)
     results = {"better_window": better, "pooled_means": pooled, "kinds": kinds}
     plan = json.loads((args.out / "plans" / "default.json").read_text())

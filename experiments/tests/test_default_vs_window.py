@@ -86,3 +86,32 @@ def test_refined_joins_a_finished_folder_without_touching_its_cells(tmp_path) ->
     diffs = [values[f"refined/{i}"] - values[f"default/{i}"] for i in range(2)]
     assert pooled["diff"] == pytest.approx(sum(diffs) / 2)  # two blocks, two documents
     assert "(`refined`) minus `default`" in (out / "table.md").read_text()
+
+
+def test_a_confirmation_scores_later_blocks_with_the_plans_named(tmp_path) -> None:
+    folder, first, later = tmp_path / "llama", tmp_path / "first", tmp_path / "later"
+    save_tokenized_llama(folder, max_position_embeddings=128)
+    assert run(folder, first) == 0
+    argv = [
+        *study_args(folder, later),
+        "--first-block",
+        "1",
+        "--methods",
+        "full,uniform-s4,default",
+    ]
+    assert study.main(argv) == 0
+    values = {
+        c["key"] for c in map(json.loads, (later / "cells.jsonl").read_text().splitlines()[1:])
+    }
+    assert not any(k.startswith("uniform-s0/") for k in values)
+    assert json.loads((later / "results.json").read_text())["better_window"] == "uniform-s4"
+    # each kind's second block in the seeded order: never a block the first run scored
+    seen = {(b["kind"], b["document"], b["start"]) for b in
+            json.loads((first / "blocks.json").read_text())}  # fmt: skip
+    now = [(b["kind"], b["document"], b["start"]) for b in
+           json.loads((later / "blocks.json").read_text())]  # fmt: skip
+    assert len(now) == 2 and not seen & set(now)
+    with pytest.raises(ValueError, match="unknown method 'uniform'"):
+        study.main([*study_args(folder, later), "--methods", "full,uniform,default"])
+    with pytest.raises(ValueError, match="needs full, default and a window"):
+        study.main([*study_args(folder, later), "--methods", "full,default"])
