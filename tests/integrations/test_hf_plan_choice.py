@@ -84,6 +84,24 @@ def test_choose_ranks_by_divergence_and_refuses_no_candidates() -> None:
         choose(model, [], held)
 
 
+def test_the_same_plan_under_two_names_runs_once_and_shares_its_score(monkeypatch) -> None:
+    model = tiny_model("gemma3_text", max_position_embeddings=64)  # layer 0 slides over 16
+    held = blocks(2)
+    reference = FullReference.of(model, held)
+    runs = []
+    real = FullReference.divergence
+    monkeypatch.setattr(FullReference, "divergence",
+                        lambda self, m, plan: runs.append(plan) or real(self, m, plan))  # fmt: skip
+    n_head = model.config.num_attention_heads
+    # layer 0 at T or at its own window of 16 computes the same; at 8 it does not
+    whole, own, cut = ([[w] * n_head, [8] * n_head] for w in (T, 16, 8))
+    plans = [("whole 0", plan_of(whole)), ("own 0", plan_of(own)), ("cut 0", plan_of(cut))]
+    scored = {s.name: s.divergence for s in choose(model, plans, held, reference=reference)}
+    assert len(runs) == 2 and scored["whole 0"] == scored["own 0"]
+    assert scored["own 0"] == pytest.approx(real(reference, model, plans[1][1]))
+    assert scored["cut 0"] != scored["own 0"]
+
+
 def test_the_grid_covers_what_is_left_open_and_only_that() -> None:
     assert len(variants(None, None, None, True)) == 8
     assert {v.sinks for v in variants(None, None, None, True)} == {0, DEFAULT_SINKS}

@@ -110,7 +110,10 @@ def choose(
 ) -> list[Scored]:
     """Every (name, plan) scored on `held_out` (module docstring), lowest divergence first;
     ties keep the candidates' order. The model is left as it was. `reference`: the full
-    attention's distributions on `held_out`, when already computed."""
+    attention's distributions on `held_out`, when already computed.
+
+    Candidates that are the same plan under other names (on Gemma 3, "layer 0 whole" is a
+    window its sliding layer 0 already has) run once and share the score."""
     if not candidates:
         raise ValueError("no candidate plans to choose from")
     bar: Any = contextlib.nullcontext()
@@ -121,9 +124,25 @@ def choose(
     with bar as tick:
         if reference is None:
             reference = FullReference.of(model, held_out)
-        scored = []
+        scored, seen = [], {}
         for name, plan in candidates:
-            scored.append(Scored(name, plan, reference.divergence(model, plan)))
+            same = _key(model, plan)
+            if same not in seen:
+                seen[same] = reference.divergence(model, plan)
+            scored.append(Scored(name, plan, seen[same]))
             if tick is not None:
                 tick.update(1)
     return sorted(scored, key=lambda s: s.divergence)
+
+
+def _key(model: torch.nn.Module, plan: WindowPlan) -> tuple:
+    """What the model computes under `plan`: its windows, each capped at its layer's own
+    sliding window (a wider one changes nothing), and its sinks."""
+    from aah.integrations.hf.model_layout import sliding_windows
+
+    caps = sliding_windows(model)
+    windows = tuple(
+        tuple(min(w, cap) if cap else w for w in row)
+        for row, cap in zip(plan.windows, caps, strict=True)
+    )
+    return windows, tuple(tuple(row) for row in plan.sinks)
