@@ -81,9 +81,10 @@ def _decimals(text: str) -> int:
 
 
 def quotes(text: str, path: str = "") -> list[Quote]:
-    """Every `mean [low, high]` and `mean ± sd` in `text`, in order."""
+    """Every `mean [low, high]` and `mean ± sd` in `text`, in order; bold marks are read
+    through (`**-0.03** [-0.05, -0.01]` is the quote -0.03 [-0.05, -0.01])."""
     out = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.replace("**", "").splitlines(), 1):
         for pattern in (INTERVAL, PLUS_MINUS):
             for m in pattern.finditer(line):
                 out.append(Quote(path, number, m.group(0), m.groups()))

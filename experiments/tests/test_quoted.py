@@ -45,3 +45,10 @@ def test_a_quoted_holm_p_must_be_one_a_report_prints() -> None:
     assert len(good) == 3 and unmatched(good, report) == []
     stale = holm_quotes("Holm p 0.189; Holm p 0.021; Holm p 0.6")
     assert unmatched(stale, report) == stale
+
+
+def test_bold_marks_are_read_through_in_docs_and_reports() -> None:
+    report = quotes("| **-0.0320** [-0.0545, -0.0095] |")
+    assert [q.numbers for q in report] == [("-0.0320", "-0.0545", "-0.0095")]
+    assert not unmatched(quotes("**-0.032 [-0.055, -0.010]**"), report)
+    assert unmatched(quotes("**-0.032** [-0.053, -0.010]"), report)  # a wrong digit under bold
