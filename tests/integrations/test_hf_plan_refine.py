@@ -12,8 +12,15 @@ pytest.importorskip("transformers")
 from hf_models import tiny_model
 
 from aah.integrations.hf.plan_choice import FullReference
-from aah.integrations.hf.plan_refine import Move, exchanged, layer_groups, plan_cost, refine
-from aah.integrations.hf.search import plan_sinks, search_budget, search_plan
+from aah.integrations.hf.plan_refine import (
+    Move,
+    exchanged,
+    layer_groups,
+    plan_cost,
+    plan_sinks,
+    refine,
+)
+from aah.integrations.hf.search import search_budget, search_plan
 from aah.plan import WindowPlan
 
 T = 32

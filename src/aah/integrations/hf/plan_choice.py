@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from aah.integrations.hf.apply_plan import applied
-from aah.integrations.hf.model_layout import layout
+from aah.integrations.hf.model_layout import layout, sliding_windows
 from aah.plan import WindowPlan, full_plan
 
 #: positions per block whose next-token distributions are compared
@@ -124,9 +124,9 @@ def choose(
     with bar as tick:
         if reference is None:
             reference = FullReference.of(model, held_out)
-        scored, seen = [], {}
+        scored, seen, caps = [], {}, sliding_windows(model)
         for name, plan in candidates:
-            same = _key(model, plan)
+            same = _key(plan, caps)
             if same not in seen:
                 seen[same] = reference.divergence(model, plan)
             scored.append(Scored(name, plan, seen[same]))
@@ -135,12 +135,9 @@ def choose(
     return sorted(scored, key=lambda s: s.divergence)
 
 
-def _key(model: torch.nn.Module, plan: WindowPlan) -> tuple:
+def _key(plan: WindowPlan, caps: Sequence[int | None]) -> tuple:
     """What the model computes under `plan`: its windows, each capped at its layer's own
-    sliding window (a wider one changes nothing), and its sinks."""
-    from aah.integrations.hf.model_layout import sliding_windows
-
-    caps = sliding_windows(model)
+    sliding window `caps` (a wider one changes nothing), and its sinks."""
     windows = tuple(
         tuple(min(w, cap) if cap else w for w in row)
         for row, cap in zip(plan.windows, caps, strict=True)

@@ -68,6 +68,13 @@ def layer_groups(n_layer: int, sliding: Sequence[int | None] = ()) -> dict[str, 
     return groups
 
 
+def plan_sinks(plan: WindowPlan) -> int | tuple[int, ...]:
+    """The plan's sinks as a `Budget` takes them: one count, or one per layer (the first
+    head's: every candidate of the search gives a layer's heads one count)."""
+    per_layer = tuple(int(row[0]) if row else 0 for row in plan.sinks)
+    return per_layer[0] if len(set(per_layer)) == 1 else per_layer
+
+
 def plan_cost(budget: Budget, windows: Plan) -> float:
     """What `windows` (with the budget's sinks) costs in the budget's unit."""
     if budget.unit == "kv_bytes":

@@ -65,6 +65,7 @@ from aah.integrations.hf.model_layout import kv_shape, layout, sliding_windows
 from aah.integrations.hf.plan_candidates import sink_name, uniform_plan, variants
 from aah.integrations.hf.plan_choice import FullReference
 from aah.integrations.hf.plan_choice import choose as choose_plan
+from aah.integrations.hf.plan_refine import plan_sinks
 from aah.integrations.hf.plan_refine import refine as refine_plan
 from aah.integrations.hf.signal_registry import make_signal, signal_factory, signal_names
 from aah.integrations.hf.signals import SearchContext, Signal
@@ -410,13 +411,6 @@ def search_plan(
     )
     plan.info["refine"] = {"steps": [[s.move, s.divergence] for s in steps]}
     return plan
-
-
-def plan_sinks(plan: WindowPlan) -> int | tuple[int, ...]:
-    """The plan's sinks as a `Budget` takes them: one count, or one per layer (the first
-    head's: every candidate of the search gives a layer's heads one count)."""
-    per_layer = tuple(int(row[0]) if row else 0 for row in plan.sinks)
-    return per_layer[0] if len(set(per_layer)) == 1 else per_layer
 
 
 def _held_out(
