@@ -52,6 +52,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "names its baseline in advance)",
     )  # fmt: skip
     p.add_argument(
+        "--report-only", action="store_true",
+        help="write table.md and results.json again from the folder's cells, loading no model",
+    )  # fmt: skip
+    p.add_argument(
         "--refined", action="store_true",
         help="also score the search with its refine step against the default",
     )  # fmt: skip
@@ -74,7 +78,6 @@ def score(args: argparse.Namespace) -> None:
 
     from aah.integrations.hf.apply_plan import applied
     from aah.integrations.hf.load import load_model
-    from experiments.pretrained.cells import CellStore
     from experiments.pretrained.corpus import block_loss
     from experiments.pretrained.default_search import default_plan
     from experiments.pretrained.kinds import kind_blocks
@@ -83,12 +86,7 @@ def score(args: argparse.Namespace) -> None:
     methods = study_methods(args.methods)
     if args.first_block < 0:
         raise ValueError(f"--first-block must be >= 0, got {args.first_block}")
-    # --refined and --methods choose which plans score a folder's blocks, and first_block is
-    # a setting only where it is used: the folders made before these options stay resumable
-    skip = {"out", "threads", "refined", "methods"} | ({"first_block"} if not args.first_block
-                                                       else set())  # fmt: skip
-    settings = {k: str(v) for k, v in vars(args).items() if k not in skip}
-    cells = CellStore(args.out / "cells.jsonl", settings)
+    cells = folder_cells(args)
     model, tok = load_model(args.model)
     kinds = args.kinds.split(",")
     per_kind = args.first_block + args.blocks_per_kind
@@ -121,6 +119,29 @@ def score(args: argparse.Namespace) -> None:
     report(args, cells, blocks)
 
 
+def folder_cells(args: argparse.Namespace) -> Any:
+    """The folder's cells, refused (ValueError) where they were made with other settings."""
+    from experiments.pretrained.cells import CellStore
+
+    # --refined and --methods choose which plans score a folder's blocks, and first_block is
+    # a setting only where it is used: the folders made before these options stay resumable
+    skip = {"out", "threads", "refined", "methods", "report_only"}
+    skip |= {"first_block"} if not args.first_block else set()
+    settings = {k: str(v) for k, v in vars(args).items() if k not in skip}
+    return CellStore(args.out / "cells.jsonl", settings)
+
+
+def report_again(args: argparse.Namespace) -> None:
+    """The report of a folder's cells and blocks.json as they are, with no model loaded."""
+    from types import SimpleNamespace
+
+    path = args.out / "blocks.json"
+    if not path.exists():
+        raise ValueError(f"--report-only: {path} does not exist; score the folder first")
+    blocks = [SimpleNamespace(**r) for r in json.loads(path.read_text())]
+    report(args, folder_cells(args), blocks)
+
+
 def comparison(loss: dict[str, list[float]], blocks: list[Any], plan: str, base: str) -> dict:
     """`plan` minus `base` per kind and pooled: the mean per document with its interval, the
     base's gap to full and the share of it closed; Holm over the kinds."""
@@ -149,13 +170,27 @@ def comparison(loss: dict[str, list[float]], blocks: list[Any], plan: str, base:
 
 
 def table_rows(kinds: dict[str, Any]) -> list[str]:
-    return [
-        f"| {kind} | {r['blocks']} / {r['documents']} | {r['window_gap']:+.4f} "
-        f"[{r['window_gap_ci'][0]:+.4f}, {r['window_gap_ci'][1]:+.4f}] | **{r['diff']:+.4f}** "
-        f"[{r['ci'][0]:+.4f}, {r['ci'][1]:+.4f}] | {r.get('holm_p', r['p']):.2g} | "
-        f"{r['gap_closed']:.0%} |"
-        for kind, r in kinds.items()
-    ]
+    """One row per kind; the difference is bold where its interval lies below zero."""
+    rows = []
+    for kind, r in kinds.items():
+        diff = f"{r['diff']:+.4f}"
+        diff = f"**{diff}**" if r["ci"][1] < 0 else diff
+        rows.append(
+            f"| {kind} | {r['blocks']} / {r['documents']} | {r['window_gap']:+.4f} "
+            f"[{r['window_gap_ci'][0]:+.4f}, {r['window_gap_ci'][1]:+.4f}] | {diff} "
+            f"[{r['ci'][0]:+.4f}, {r['ci'][1]:+.4f}] | {r.get('holm_p', r['p']):.2g} | "
+            f"{r['gap_closed']:.0%} |"
+        )
+    return rows
+
+
+def kind_means(loss: dict[str, list[float]], blocks: list[Any]) -> dict[str, dict[str, float]]:
+    """Each method's mean loss per kind and pooled, over blocks."""
+    groups = {kind: [i for i, b in enumerate(blocks) if b.kind == kind]
+              for kind in dict.fromkeys(b.kind for b in blocks)}  # fmt: skip
+    groups["pooled"] = list(range(len(blocks)))
+    return {kind: {m: sum(v[i] for i in idx) / len(idx) for m, v in loss.items()}
+            for kind, idx in groups.items()}  # fmt: skip
 
 
 def study_methods(text: str) -> list[str]:
@@ -177,7 +212,8 @@ def report(args: argparse.Namespace, cells: Any, blocks: list[Any]) -> None:
     windows = [m for m in ("uniform-s0", "uniform-s4") if m in loss]
     better = min(windows, key=pooled.__getitem__)
     kinds = comparison(loss, blocks, "default", better)
-    results = {"better_window": better, "pooled_means": pooled, "kinds": kinds}
+    results = {"better_window": better, "pooled_means": pooled, "kinds": kinds,
+               "kind_means": kind_means(loss, blocks)}  # fmt: skip
     plan = json.loads((args.out / "plans" / "default.json").read_text())
     results["default_choice"] = plan.get("choice")
     results["search_seconds"] = cells.get("search_seconds")
@@ -213,7 +249,11 @@ def report(args: argparse.Namespace, cells: Any, blocks: list[Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    score(parse(argv))
+    args = parse(argv)
+    if args.report_only:
+        report_again(args)
+    else:
+        score(args)
     return 0
 
 

@@ -67,6 +67,35 @@ def test_the_study_scores_each_plan_and_resumes(tmp_path, monkeypatch) -> None:
     assert run(folder, out) == 0 and not calls  # every cell on file: nothing computed again
 
 
+def test_the_report_again_and_the_readme_rows_say_what_the_cells_say(tmp_path, monkeypatch,
+                                                                      capsys) -> None:  # fmt: skip
+    from experiments.scripts import default_tables
+
+    folder, out = tmp_path / "llama", tmp_path / "out"
+    save_tokenized_llama(folder, max_position_embeddings=128)
+    assert run(folder, out) == 0
+    table, results = (out / "table.md").read_text(), (out / "results.json").read_text()
+    (out / "table.md").unlink()
+    monkeypatch.setattr("aah.integrations.hf.load.load_model", lambda *a: pytest.fail("loaded"))
+    assert study.main([*study_args(folder, out), "--report-only"]) == 0
+    assert (out / "table.md").read_text() == table
+    assert (out / "results.json").read_text() == results
+    capsys.readouterr()
+    assert default_tables.main([str(out)]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    saved = json.loads(results)
+    values = {c["key"]: c["value"] for c in
+              map(json.loads, (out / "cells.jsonl").read_text().splitlines()[1:])}  # fmt: skip
+    kinds = [b["kind"] for b in json.loads((out / "blocks.json").read_text())]
+    python_full = [values[f"full/{i}"] for i, k in enumerate(kinds) if k == "python"]
+    assert [r.split(" | ")[1] for r in rows] == ["python", "c", "pooled"]
+    assert rows[0].split(" | ")[2] == f"{sum(python_full) / len(python_full):.4f}"
+    pooled = saved["kinds"]["pooled"]
+    assert f"{pooled['diff']:+.4f} [{pooled['ci'][0]:+.4f}, {pooled['ci'][1]:+.4f}]" in rows[2]
+    with pytest.raises(ValueError, match=r"blocks\.json does not exist"):
+        study.main([*study_args(folder, tmp_path / "empty"), "--report-only"])
+
+
 def test_refined_joins_a_finished_folder_without_touching_its_cells(tmp_path) -> None:
     folder, out = tmp_path / "llama", tmp_path / "out"
     save_tokenized_llama(folder, max_position_embeddings=128)
