@@ -142,15 +142,22 @@ def report_again(args: argparse.Namespace) -> None:
     report(args, folder_cells(args), blocks)
 
 
+def kind_groups(blocks: list[Any]) -> dict[str, list[int]]:
+    """The indices of each kind's blocks, in the order the kinds first come, then all as
+    "pooled"."""
+    groups = {kind: [i for i, b in enumerate(blocks) if b.kind == kind]
+              for kind in dict.fromkeys(b.kind for b in blocks)}  # fmt: skip
+    groups["pooled"] = list(range(len(blocks)))
+    return groups
+
+
 def comparison(loss: dict[str, list[float]], blocks: list[Any], plan: str, base: str) -> dict:
     """`plan` minus `base` per kind and pooled: the mean per document with its interval, the
     base's gap to full and the share of it closed; Holm over the kinds."""
     from aah.report.comparisons import holm
     from experiments.pretrained.clusters import clustered_estimate
 
-    groups = {kind: [i for i, b in enumerate(blocks) if b.kind == kind]
-              for kind in dict.fromkeys(b.kind for b in blocks)}  # fmt: skip
-    groups["pooled"] = list(range(len(blocks)))
+    groups = kind_groups(blocks)
     kinds = {}
     for kind, idx in groups.items():
         docs = [blocks[i].document for i in idx]
@@ -186,9 +193,7 @@ def table_rows(kinds: dict[str, Any]) -> list[str]:
 
 def kind_means(loss: dict[str, list[float]], blocks: list[Any]) -> dict[str, dict[str, float]]:
     """Each method's mean loss per kind and pooled, over blocks."""
-    groups = {kind: [i for i, b in enumerate(blocks) if b.kind == kind]
-              for kind in dict.fromkeys(b.kind for b in blocks)}  # fmt: skip
-    groups["pooled"] = list(range(len(blocks)))
+    groups = kind_groups(blocks)
     return {kind: {m: sum(v[i] for i in idx) / len(idx) for m, v in loss.items()}
             for kind, idx in groups.items()}  # fmt: skip
 
