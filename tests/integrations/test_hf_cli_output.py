@@ -132,3 +132,21 @@ def test_refine_from_the_command_line_is_the_apis_refined_plan(inputs, tmp_path,
     assert again.windows == plan.windows and again.info["refine"] == plan.info["refine"]
     assert main([*argv, "--no-choose"]) == 2
     assert "--refine judges plans on the choice's held-out blocks" in capsys.readouterr().err
+
+
+def test_the_objective_and_several_signals_from_the_command_line(tmp_path, capsys):
+    folder = tmp_path / "llama"
+    save_tokenized_llama(folder, seed=1, max_position_embeddings=256)
+    argv = ["plan", "search", str(folder), "--out", str(tmp_path / "plan.json"),
+            "--seq-len", "128", "--max-batches", "2", "--candidates", "16,32,64,128",
+            "--kv-fraction", "0.5", "--threads", "1", "--sinks", "0",
+            "--signal", "output,mass", "--objective", "text+retrieval"]  # fmt: skip
+    assert main(argv) == 0
+    choice = json.loads((tmp_path / "plan.json").read_text())["choice"]
+    assert choice["retrieval_probes"] == 8
+    assert {"output, sinks 0", "mass, sinks 0", "uniform, sinks 0"} <= set(choice["scores"])
+    capsys.readouterr()
+    assert main([*argv, "--no-choose"]) == 2
+    assert "--objective and several --signal names judge candidate plans" in capsys.readouterr().err
+    assert main([*argv[:-3], "output,nope"]) == 2
+    assert "got 'nope'" in capsys.readouterr().err

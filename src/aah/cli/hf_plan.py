@@ -102,10 +102,18 @@ def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
         "24 on a hybrid model)",
     )  # fmt: skip
     parser.add_argument(
+        "--objective", choices=("text", "text+retrieval"), default="text",
+        help="what the choice judges plans by: 'text' (default), the KL of the next token "
+        "from full attention on the held-out blocks; 'text+retrieval', the mean of that and "
+        "the same KL at the answer rows of 8 retrieval prompts built on the held-out blocks "
+        "(a fact hidden in the text, a question about it, its answer)",
+    )  # fmt: skip
+    parser.add_argument(
         "--signal",
         metavar="NAME",
         default="output",
-        help=f"what to allocate on, one of {', '.join(SIGNALS)} or a signal registered with "
+        help="what to allocate on; several, comma-separated (with the choice), make each "
+        f"one's allocations candidates. One of {', '.join(SIGNALS)} or a signal registered with "
         "aah.hf.register_signal in the running process: 'output' (default), the squared "
         "change of each head's "
         "contribution to the residual stream (values and output projection included), one "

@@ -108,6 +108,9 @@ def search(args: argparse.Namespace) -> int:
 
     if args.refine and not args.choose:
         raise ValueError("--refine judges plans on the choice's held-out blocks: drop --no-choose")
+    if not args.choose and (args.objective != "text" or "," in args.signal):
+        raise ValueError("--objective and several --signal names judge candidate plans: drop "
+                         "--no-choose")  # fmt: skip
     texts = Texts.read(text=args.text, heldout=args.heldout)
 
     def check(limits: ModelLimits | None) -> tuple[int, float | None, int | None]:
@@ -150,9 +153,10 @@ def _search_loaded(
         print(f"calibrating on the shipped mix: {args.max_batches or MIX_BLOCKS} blocks of {t} "
               f"tokens{held}", flush=True)  # fmt: skip
     plan = search_plan(
-        model, text, budget, kv_budget=kv_budget, signal=args.signal, suffix=args.suffix,
-        whole_layers=args.whole_layers, choose=args.choose, refine=args.refine, progress=True,
-        **options,
+        model, text, budget, kv_budget=kv_budget, suffix=args.suffix,
+        signal=args.signal.split(",") if "," in args.signal else args.signal,
+        whole_layers=args.whole_layers, choose=args.choose, refine=args.refine,
+        objective=args.objective, progress=True, **options,
     )  # fmt: skip
     full = full_kv_bytes(limits.kv, t)
     sinks = max((s for row in plan.sinks or [[0]] for s in row), default=0)

@@ -100,7 +100,7 @@ def check_suffix(suffix: int | None, signal: str, seq_len: int | None) -> None:
     """--suffix is for the suffix-loss signal, and leaves a context before it."""
     if suffix is None:
         return
-    if signal != "suffix-loss":
+    if "suffix-loss" not in signal.split(","):
         raise ValueError(f"--suffix is for --signal suffix-loss, not {signal!r}")
     if suffix < 1 or (seq_len is not None and suffix >= seq_len):
         raise ValueError(f"--suffix must be in [1, --seq-len), got {suffix}")
@@ -143,8 +143,11 @@ def check_signal_flag(signal: str, heldout: str | None) -> None:
     allocates on mass only."""
     from aah.integrations.hf.signal_registry import signal_names
 
-    if signal not in signal_names():
-        raise ValueError(f"--signal must be one of {', '.join(signal_names())}, got {signal!r}")
+    names = signal.split(",")
+    for name in names:
+        if name not in signal_names():
+            raise ValueError(f"--signal must be one of {', '.join(signal_names())} (or several, "
+                             f"comma-separated), got {name!r}")  # fmt: skip
     if signal != "mass" and heldout:
         raise ValueError(
             f"--heldout sweeps budgets on the mass signal only: add --signal mass, or with "

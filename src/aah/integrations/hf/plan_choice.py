@@ -12,6 +12,12 @@ on held-out blocks (never the ones the signal measured on). The scored positions
 of T tokens are `positions_per_block` evenly spaced ones from T/8 on, where windows cut; only
 their logits are computed (`logits_to_keep`), so a 262k-token vocabulary costs little.
 
+With retrieval probes (`FullReference.of(..., probes=...)`: prompts with one fact hidden in
+held-out text, then a question and its answer, `hf.retrieval_calib`), the divergence is the
+mean of two equal parts: the one above, and the same KL at the rows that predict each probe's
+answer, where the model must fetch the fact from far back. Running text alone barely weighs
+such fetches: a plan can move the text's distributions little and still lose every fact.
+
 `choose` scores every candidate and keeps the lowest. Since one uniform window (with and
 without sinks) is always among the search's candidates, the plan returned is never worse than
 one window on the held-out blocks by this measure.
@@ -55,40 +61,65 @@ def _log_probs(model: torch.nn.Module, ids: torch.Tensor, rows: torch.Tensor) ->
 
 @dataclass
 class FullReference:
-    """The full-attention log-probabilities at each held-out block's scored positions,
-    computed once and compared with every candidate's."""
+    """The full-attention log-probabilities at each held-out block's scored positions (and at
+    each probe's answer rows), computed once and compared with every candidate's."""
 
     batches: Sequence[torch.Tensor]
     rows: torch.Tensor
     log_probs: list[torch.Tensor] = field(default_factory=list)
+    probes: Sequence[tuple[torch.Tensor, torch.Tensor]] = ()
+    probe_log_probs: list[torch.Tensor] = field(default_factory=list)
 
     @classmethod
-    def of(cls, model: torch.nn.Module, batches: Sequence[torch.Tensor]) -> FullReference:
+    def of(
+        cls,
+        model: torch.nn.Module,
+        batches: Sequence[torch.Tensor],
+        probes: Sequence[tuple[torch.Tensor, Sequence[int]]] = (),
+    ) -> FullReference:
         """The reference of `model` at full attention (each layer with its own sliding
-        window, if it has one) on `batches` (B, T)."""
+        window, if it has one) on `batches` (B, T) and on `probes`, each (ids (1, T'), the
+        rows whose next token is part of its answer)."""
         if not batches:
             raise ValueError("no held-out blocks to judge plans on")
         t = int(batches[0].shape[1])
-        rows = scored_positions(t)
-        ref = cls(batches, rows)
-        device = next(model.parameters()).device
+        probes = [(ids, torch.as_tensor(list(rows), dtype=torch.long)) for ids, rows in probes]
+        if any(len(rows) == 0 for _, rows in probes):
+            raise ValueError("a retrieval probe has no answer rows to score")
+        ref = cls(batches, scored_positions(t), probes=probes)
         lay = layout(model)
-        with torch.no_grad(), applied(model, full_plan(lay.n_layer, lay.n_head, t), sinks=0):
-            ref.log_probs = [_log_probs(model, b.to(device), rows) for b in batches]
+        longest = max([t, *(int(ids.shape[-1]) for ids, _ in probes)])
+        with torch.no_grad(), applied(model, full_plan(lay.n_layer, lay.n_head, longest), sinks=0):
+            ref.log_probs, ref.probe_log_probs = ref._run(model)
         return ref
+
+    def _run(self, model: torch.nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The model's log-probabilities as it is now, at the blocks' and the probes' rows."""
+        device = next(model.parameters()).device
+        text = [_log_probs(model, b.to(device), self.rows) for b in self.batches]
+        probes = [_log_probs(model, ids.to(device), rows) for ids, rows in self.probes]
+        return text, probes
 
     def divergence(self, model: torch.nn.Module, plan: WindowPlan) -> float:
         """Mean KL(full || plan) in nats per scored token, `plan`'s windows and sinks applied
-        inside the call (the model is left as it was)."""
-        total, count = 0.0, 0
-        device = next(model.parameters()).device
+        inside the call (the model is left as it was); with probes, the mean of that and the
+        mean KL at the probes' answer rows."""
         with torch.no_grad(), applied(model, plan.windows, sinks=plan.sinks or 0):
-            for batch, full in zip(self.batches, self.log_probs, strict=True):
-                planned = _log_probs(model, batch.to(device), self.rows)
-                kl = (full.exp() * (full - planned)).sum(-1)
-                total += float(kl.double().sum())
-                count += kl.numel()
-        return total / count
+            text, probes = self._run(model)
+        parts = [_mean_kl(self.log_probs, text)]
+        if self.probes:
+            parts.append(_mean_kl(self.probe_log_probs, probes))
+        return sum(parts) / len(parts)
+
+
+def _mean_kl(full: Sequence[torch.Tensor], planned: Sequence[torch.Tensor]) -> float:
+    """Mean over every scored row of KL(full || planned)."""
+    total, count = 0.0, 0
+    for f, p in zip(full, planned, strict=True):
+        kl = (f.exp() * (f - p)).sum(-1)
+        total += float(kl.double().sum())
+        count += kl.numel()
+    return total / count
 
 
 @dataclass(frozen=True)

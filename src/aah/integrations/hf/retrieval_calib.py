@@ -100,3 +100,19 @@ def retrieval_prompts(
         rows = list(range(seq_len - len(answer) - 1, seq_len - 1))
         prompts.append(RetrievalPrompt(torch.tensor(ids).view(1, -1), rows, depth))
     return prompts
+
+
+#: retrieval probes the end-to-end choice judges plans on, with objective "text+retrieval"
+PROBES = 8
+
+
+def probes_on(
+    batches: Sequence[torch.Tensor], tokenizer: Any | None, *, seed: int = 0,
+    vocab_size: int | None = None, n: int = PROBES,
+) -> list[tuple[torch.Tensor, list[int]]]:  # fmt: skip
+    """`n` retrieval prompts built on the rows of `batches` (B, T) (held-out blocks, never the
+    ones a signal measured on), as (ids (1, T), answer rows) for `hf.plan_choice`. The seed
+    is offset from the calibration prompts' so the facts differ too."""
+    rows = [row.view(1, -1) for batch in batches for row in batch]
+    made = retrieval_prompts(rows, tokenizer, n, seed=seed + 1, vocab_size=vocab_size)
+    return [(p.ids, p.rows) for p in made]

@@ -62,11 +62,8 @@ from aah.integrations.hf.cut_loss import chosen_cost
 from aah.integrations.hf.data import TextLike, token_batches
 from aah.integrations.hf.load import resolve_tokenizer
 from aah.integrations.hf.model_layout import kv_shape, layout, sliding_windows
-from aah.integrations.hf.plan_candidates import sink_name, uniform_plan, variants
-from aah.integrations.hf.plan_choice import FullReference
-from aah.integrations.hf.plan_choice import choose as choose_plan
-from aah.integrations.hf.plan_refine import plan_sinks
-from aah.integrations.hf.plan_refine import refine as refine_plan
+from aah.integrations.hf.plan_candidates import variants
+from aah.integrations.hf.search_choice import check_objective, judged, uniform_candidates
 from aah.integrations.hf.signal_registry import make_signal, signal_factory, signal_names
 from aah.integrations.hf.signals import SearchContext, Signal
 from aah.plan import WindowPlan
@@ -263,7 +260,7 @@ def search_plan(
     *,
     kv_budget: int | None = None,
     kv_fraction: float | None = None,
-    signal: str | Signal = "output",
+    signal: str | Signal | Sequence[str | Signal] = "output",
     sinks: int | None = None,
     seq_len: int | None = None,
     candidates: Sequence[int] | None = None,
@@ -271,6 +268,7 @@ def search_plan(
     whole_layers: Sequence[int] | None = None,
     choose: bool = True,
     refine: bool = False,
+    objective: str = "text",
     batch_size: int = 1,
     max_batches: int | None = None,
     seed: int = 0,
@@ -311,7 +309,8 @@ def search_plan(
             prompts built on the calibration text. "loss": the loss rise of cutting each KV
             head alone to each window, one pass per (KV head, candidate < T), `hf.cut_loss`.
             "suffix-loss": the same rise over the last tokens of each block, the context
-            before them frozen at full attention, `hf.suffix_loss`.
+            before them frozen at full attention, `hf.suffix_loss`. Several signals (a list,
+            with `choose`): each one's allocations are candidates.
         sinks: attention sinks of every head, measured and costed; None (the default): chosen
             (0 or 4) with `choose`, else 0.
         seq_len: calibration length T (default 512, capped by the model and the data).
@@ -327,6 +326,10 @@ def search_plan(
             judged end to end on the same held-out blocks (`hf.plan_refine`; up to 2 rounds
             of 8 moves, 12 on a hybrid model, each a pass over the held-out blocks); the
             chosen plan stands unless a move lowers its divergence. Needs `choose`.
+        objective: what the choice (and refine) judges plans by: "text" (the default), the
+            KL on the held-out blocks; "text+retrieval", the mean of that and the KL at the
+            answer rows of 8 retrieval prompts built on the held-out blocks (a fact hidden in
+            the text, then a question about it; `hf.plan_choice`). Needs `choose`.
         progress: progress bars over the calibration passes and the choice (None: when
             stderr is a terminal).
         sample_queries: exact attention rows per head and batch, for the signals that sample
@@ -342,7 +345,12 @@ def search_plan(
             raise ValueError(f"{flag} must be True or False, got {value!r}")
     if refine and not choose:
         raise ValueError("refine judges plans on the choice's held-out blocks: it needs choose")
-    measured = resolve_signal(signal, sample_queries=sample_queries, suffix=suffix)
+    check_objective(objective, choose)
+    several = isinstance(signal, Sequence) and not isinstance(signal, str)
+    if several and (not signal or not choose):
+        raise ValueError(f"several signals need choose and at least one signal, got {signal!r}")
+    signals = [resolve_signal(s, sample_queries=sample_queries, suffix=suffix)
+               for s in (signal if several else [signal])]  # fmt: skip
     limit = {"budget": budget, "kv_budget": kv_budget, "kv_fraction": kv_fraction}
     if sinks is not None:
         check_int("sinks", sinks, minimum=0)
@@ -367,11 +375,39 @@ def search_plan(
     caps = [search_budget(model, t, v.sinks, **limit) for v in settings]
     floors = [floor_window(cap, v.floor) for cap, v in zip(caps, settings, strict=True)]
     needed = sorted({*cands, *floors} - {0})  # every window any setting allocates on
-    costs_of = {}  # one measurement per sink count; a layer's costs are its own (local cuts)
-    for count in sorted({s for v in settings for s in v.sinks_per_layer(n_layer)}):
-        context = SearchContext(count, seed, progress, tokenizer, seq_len=t)
-        costs_of[count] = measured.measure(model, batches, needed, context)
     plans, refused = [], []
+    for measured in signals:
+        costs_of = {}  # one measurement per sink count; a layer's costs are its own (local cuts)
+        for count in sorted({s for v in settings for s in v.sinks_per_layer(n_layer)}):
+            context = SearchContext(count, seed, progress, tokenizer, seq_len=t)
+            costs_of[count] = measured.measure(model, batches, needed, context)
+        plans += _allocations(model, measured, settings, caps, floors, costs_of, (cands, needed),
+                              refused)  # fmt: skip
+    if not plans:  # not one allocation fits: say why, rather than fall back unasked
+        raise refused[0]
+    if not choose:
+        return plans[0][1]
+
+    def budget_of(sinks: int | tuple[int, ...]) -> Budget:
+        return search_budget(model, t, sinks, **limit)
+
+    windows = uniform_candidates(model, [v.sinks for v in settings], budget_of)
+    return judged(model, plans + windows, held_out, in_sample=held_out is batches,
+                  objective=objective, refine=refine, budget_of=budget_of, seed=seed,
+                  tokenizer=tokenizer, progress=progress)  # fmt: skip
+
+
+def _allocations(
+    model: torch.nn.Module, measured: Signal, settings: list[Any], caps: list[Budget],
+    floors: list[int], costs_of: dict[int, torch.Tensor], windows: tuple[list[int], list[int]],
+    refused: list[ValueError],
+) -> list[tuple[str, WindowPlan]]:  # fmt: skip
+    """One plan per setting on the costs `measured` measured (over the windows `needed`;
+    `windows` = (the candidates, needed)), named for the signal and the setting; a setting the
+    budget cannot pay for goes to `refused` (its ValueError)."""
+    cands, needed = windows
+    n_layer = layout(model).n_layer
+    plans = []
     for v, cap, least in zip(settings, caps, floors, strict=True):
         own = sorted({*cands, least} - {0})
         rows = [costs_of[s][layer] for layer, s in enumerate(v.sinks_per_layer(n_layer))]
@@ -385,32 +421,7 @@ def search_plan(
             refused.append(err)  # a setting this budget cannot pay for is no candidate
             continue
         plans.append((v.name(measured.name), plan))
-    if not plans:  # not one allocation fits: say why, rather than fall back unasked
-        raise refused[0]
-    if not choose:
-        return plans[0][1]
-    for s in dict.fromkeys(v.sinks for v in settings):
-        window = uniform_plan(search_budget(model, t, s, **limit), type(model).__name__)
-        if window is not None:
-            plans.append((f"uniform, {sink_name(s)}", window))
-    reference = FullReference.of(model, held_out)
-    scored = choose_plan(model, plans, held_out, progress=progress, reference=reference)
-    best = scored[0]
-    best.plan.info["choice"] = {
-        "objective": "mean KL(full || plan) of the next token, nats",
-        "held_out_blocks": sum(int(b.shape[0]) for b in held_out),
-        "held_out": "in-sample" if held_out is batches else "held-out",
-        "chosen": best.name,
-        "scores": {s.name: s.divergence for s in scored},
-    }
-    if not refine:
-        return best.plan
-    own = search_budget(model, t, plan_sinks(best.plan), **limit)
-    plan, steps = refine_plan(
-        model, best.plan, own, reference, start=best.divergence, progress=progress
-    )
-    plan.info["refine"] = {"steps": [[s.move, s.divergence] for s in steps]}
-    return plan
+    return plans
 
 
 def _held_out(
