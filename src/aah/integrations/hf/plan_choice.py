@@ -89,34 +89,38 @@ class FullReference:
         ref = cls(batches, scored_positions(t), probes=probes)
         lay = layout(model)
         longest = max([t, *(int(ids.shape[-1]) for ids, _ in probes)])
+        device = next(model.parameters()).device
         with torch.no_grad(), applied(model, full_plan(lay.n_layer, lay.n_head, longest), sinks=0):
-            ref.log_probs, ref.probe_log_probs = ref._run(model)
+            ref.log_probs = [_log_probs(model, ids.to(device), r) for ids, r in ref._text()]
+            ref.probe_log_probs = [_log_probs(model, ids.to(device), r) for ids, r in probes]
         return ref
 
-    def _run(self, model: torch.nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """The model's log-probabilities as it is now, at the blocks' and the probes' rows."""
-        device = next(model.parameters()).device
-        text = [_log_probs(model, b.to(device), self.rows) for b in self.batches]
-        probes = [_log_probs(model, ids.to(device), rows) for ids, rows in self.probes]
-        return text, probes
+    def _text(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(batch, self.rows) for batch in self.batches]
 
     def divergence(self, model: torch.nn.Module, plan: WindowPlan) -> float:
         """Mean KL(full || plan) in nats per scored token, `plan`'s windows and sinks applied
         inside the call (the model is left as it was); with probes, the mean of that and the
         mean KL at the probes' answer rows."""
         with torch.no_grad(), applied(model, plan.windows, sinks=plan.sinks or 0):
-            text, probes = self._run(model)
-        parts = [_mean_kl(self.log_probs, text)]
-        if self.probes:
-            parts.append(_mean_kl(self.probe_log_probs, probes))
+            parts = [_mean_kl(model, self._text(), self.log_probs)]
+            if self.probes:
+                parts.append(_mean_kl(model, self.probes, self.probe_log_probs))
         return sum(parts) / len(parts)
 
 
-def _mean_kl(full: Sequence[torch.Tensor], planned: Sequence[torch.Tensor]) -> float:
-    """Mean over every scored row of KL(full || planned)."""
+def _mean_kl(
+    model: torch.nn.Module,
+    inputs: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    full: Sequence[torch.Tensor],
+) -> float:
+    """Mean over every scored row of KL(full || the model as it is now), one input at a time
+    (a large vocabulary's log-probabilities are held for one input only)."""
     total, count = 0.0, 0
-    for f, p in zip(full, planned, strict=True):
-        kl = (f.exp() * (f - p)).sum(-1)
+    device = next(model.parameters()).device
+    for (ids, rows), reference in zip(inputs, full, strict=True):
+        planned = _log_probs(model, ids.to(device), rows)
+        kl = (reference.exp() * (reference - planned)).sum(-1)
         total += float(kl.double().sum())
         count += kl.numel()
     return total / count
