@@ -7,8 +7,9 @@ towards the mean only where full attention is well above zero on it: full's mean
 others, and names them in a line; without `full` among the methods every task counts.
 
 Cells of kvpress's presses (`kvpress-*`, written into the same cells.jsonl by
-`experiments.scripts.ruler_kvpress`) are shown as further methods, their KV share the one they
-measured after the context; like every method they limit the table to the samples they answered.
+`experiments.scripts.ruler_kvpress`) are shown in a second table beside the project's methods,
+their KV share the one they measured after the context, on the samples every method answered
+(the presses run apart, and may have answered fewer).
 """
 
 from __future__ import annotations
@@ -136,32 +137,49 @@ def table(args: argparse.Namespace, summary: dict[str, Any], methods: list[str],
     return head + "\n" + "\n".join(rows) + "\n" + "\n".join(notes) + "\n"
 
 
-def write_report(
-    args: argparse.Namespace, samples: list[Any], cells: Any, plans: dict[str, Any], model: Any
-) -> dict[str, Any]:
-    """Write table.md and results.json into args.out; the results."""
-    from experiments.ruler.samples import digest
-
-    peers = peer_methods(cells)
-    methods = list(plans) + peers
-    summary = summarize(samples, cells, methods)
-    shares = {**kv_shares(plans, model, args.seq_len),
-              **peer_shares(samples, cells, methods, peers)}  # fmt: skip
-    text = table(args, summary, methods, shares)
-    default = plans.get("default")
-    results = {
-        "settings": {k: str(v) for k, v in vars(args).items()},
-        "samples_digest": digest(samples),
-        "rule": f"a task counts when full's mean >= {FLOOR:g} points and its interval's low > 0",
+def summary_record(summary: dict[str, Any], shares: dict[str, float]) -> dict[str, Any]:
+    """What results.json keeps of one summary."""
+    return {
         "tasks": summary["tasks"], "counted": summary["counted"], "left_out": summary["left_out"],
         "scores": {m: {t: i.to_dict() for t, i in by_task.items()}
                    for m, by_task in summary["per_task"].items()},
         "means": {m: i.to_dict() for m, i in summary["means"].items()},
         "seconds_per_sample": summary["seconds"], "prompt_tokens": summary["prompt_tokens"],
         "kv_share": shares,
+    }  # fmt: skip
+
+
+def write_report(
+    args: argparse.Namespace, samples: list[Any], cells: Any, plans: dict[str, Any], model: Any
+) -> dict[str, Any]:
+    """Write table.md and results.json into args.out; the results.
+
+    The project's methods are compared on the samples they all answered; kvpress's presses,
+    which run apart and may have answered fewer, in a second table on the samples every
+    method answered (like with like in each)."""
+    from experiments.ruler.samples import digest
+
+    own = list(plans)
+    summary = summarize(samples, cells, own)
+    shares = kv_shares(plans, model, args.seq_len)
+    text = table(args, summary, own, shares)
+    default = plans.get("default")
+    results = {
+        "settings": {k: str(v) for k, v in vars(args).items()},
+        "samples_digest": digest(samples),
+        "rule": f"a task counts when full's mean >= {FLOOR:g} points and its interval's low > 0",
+        **summary_record(summary, shares),
         "default_choice": None if default is None else default.info.get("choice"),
         "search_seconds": cells.get("search_seconds"),
     }  # fmt: skip
+    peers = peer_methods(cells)
+    if peers:
+        methods = own + peers
+        joint = summarize(samples, cells, methods)
+        joint_shares = {**shares, **peer_shares(samples, cells, methods, peers)}
+        text += ("\n## With kvpress's presses, on the samples every method answered\n\n"
+                 + table(args, joint, methods, joint_shares))  # fmt: skip
+        results["with_peers"] = summary_record(joint, joint_shares)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (args.out / "table.md").write_text(text)

@@ -141,3 +141,32 @@ def test_the_report_shows_kvpress_cells_beside_the_projects_methods(tmp_path: Pa
     }  # fmt: skip
     summary = summarize(samples, cells, methods)
     assert summary["per_task"]["kvpress-snapkv"]["fwe"].mean == 50.0
+
+
+def test_presses_that_answered_fewer_samples_get_a_table_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from experiments.ruler import report
+
+    cells = CellStore(tmp_path / "cells.jsonl", SETTINGS)
+    samples = [SimpleNamespace(task="fwe", index=i, input_ids=[0] * 10, answers=["a"])
+               for i in range(4)]  # fmt: skip
+    for s in samples:  # full right on samples 1-3; the press ran on the first two only
+        cells.put(f"full/fwe/{s.index}", {"score": 1.0 if s.index else 0.0, "seconds": 1.0})
+    for i in range(2):
+        cells.put(f"kvpress-snapkv/fwe/{i}", {"score": 0.5, "seconds": 2.0, "kv_fraction": 0.3})
+    args = SimpleNamespace(out=tmp_path / "report", seq_len=10, template="raw",
+                           kv_fraction=0.3, seed=0)  # fmt: skip
+    # full attention alone needs no model for its KV share
+    monkeypatch.setattr(report, "kv_shares", lambda plans, model, seq_len: {"full": 1.0})
+    results = report.write_report(args, samples, cells, {"full": None}, model=None)
+    assert results["scores"]["full"]["fwe"]["n"] == 4
+    assert results["scores"]["full"]["fwe"]["mean"] == 75.0
+    joint = results["with_peers"]
+    assert joint["scores"]["full"]["fwe"]["n"] == 2
+    assert joint["scores"]["full"]["fwe"]["mean"] == 50.0
+    assert joint["scores"]["kvpress-snapkv"]["fwe"]["mean"] == 50.0
+    assert joint["kv_share"]["kvpress-snapkv"] == pytest.approx(0.3)
+    text = (tmp_path / "report" / "table.md").read_text()
+    assert text.count("| task | samples |") == 2
+    assert "on the samples every method answered" in text
