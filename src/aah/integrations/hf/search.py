@@ -13,8 +13,10 @@
 3. With `choose` (the default), every setting left open (sinks, whole layers, a floor) is
    tried over a small grid (`hf.plan_candidates`), one uniform window per sink count joins the
    allocations, and each candidate runs whole on held-out blocks: the plan whose next-token
-   distributions move least from full attention is returned (`hf.plan_choice`), so the
-   search never returns a plan that one window beats there.
+   distributions move least from full attention is returned (`hf.plan_choice`,
+   `hf.search_choice`), so the search never returns a plan that one window beats there. With
+   `objective="text+retrieval"` the answer rows of retrieval prompts weigh equally, and with
+   several signals each one's allocations are candidates.
 4. With `refine` (off by default), the chosen plan's budget is then exchanged between groups
    of layers, each exchange judged on the same held-out blocks (`hf.plan_refine`); it is kept
    only where it lowers the divergence.
