@@ -168,7 +168,10 @@ def test_bad_signal_values_are_named() -> None:
     names = r"one of output, mass, output\+retrieval, retrieval, loss, suffix-loss, "
     with pytest.raises(ValueError, match=names + r"got 'gradient'"):
         search_plan(tiny_model("llama"), ids(), 0.3, signal="gradient")
-    with pytest.raises(ValueError, match=r"--signal must be " + names + r"got 'Loss'"):
+    several = r"\(or several, comma-separated\), "
+    with pytest.raises(
+        ValueError, match=r"--signal must be " + names[:-2] + " " + several + "got 'Loss'"
+    ):
         check_signal_flag("Loss", None)
     with pytest.raises(ValueError, match="--heldout sweeps budgets on the mass signal only"):
         check_signal_flag("loss", "heldout.txt")
