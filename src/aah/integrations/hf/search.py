@@ -383,8 +383,7 @@ def search_plan(
         for count in sorted({s for v in settings for s in v.sinks_per_layer(n_layer)}):
             context = SearchContext(count, seed, progress, tokenizer, seq_len=t)
             costs_of[count] = measured.measure(model, batches, needed, context)
-        plans += _allocations(model, measured, settings, caps, floors, costs_of, (cands, needed),
-                              refused)  # fmt: skip
+        plans += _allocations(model, measured, settings, caps, floors, costs_of, cands, refused)
     if not plans:  # not one allocation fits: say why, rather than fall back unasked
         raise refused[0]
     if not choose:
@@ -401,13 +400,13 @@ def search_plan(
 
 def _allocations(
     model: torch.nn.Module, measured: Signal, settings: list[Any], caps: list[Budget],
-    floors: list[int], costs_of: dict[int, torch.Tensor], windows: tuple[list[int], list[int]],
+    floors: list[int], costs_of: dict[int, torch.Tensor], cands: list[int],
     refused: list[ValueError],
 ) -> list[tuple[str, WindowPlan]]:  # fmt: skip
-    """One plan per setting on the costs `measured` measured (over the windows `needed`;
-    `windows` = (the candidates, needed)), named for the signal and the setting; a setting the
-    budget cannot pay for goes to `refused` (its ValueError)."""
-    cands, needed = windows
+    """One plan per setting on the costs `measured` measured (over the candidates and every
+    setting's floor), named for the signal and the setting; a setting the budget cannot pay
+    for goes to `refused` (its ValueError)."""
+    needed = sorted({*cands, *floors} - {0})  # the windows costs_of was measured on
     n_layer = layout(model).n_layer
     plans = []
     for v, cap, least in zip(settings, caps, floors, strict=True):
