@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from experiments.ruler.scoring import Interval, mean_interval, task_interval
@@ -90,6 +91,13 @@ def kv_shares(plans: dict[str, Any], model: Any, seq_len: int) -> dict[str, floa
     return shares
 
 
+def label(method: str) -> str:
+    """How a method heads its column: a plan file by its name without folder or suffix."""
+    if method.startswith("plan:"):
+        return "plan:" + Path(method.removeprefix("plan:")).stem
+    return method
+
+
 def table(args: argparse.Namespace, summary: dict[str, Any], methods: list[str],
           shares: dict[str, float]) -> str:  # fmt: skip
     """The markdown table and its notes."""
@@ -98,7 +106,7 @@ def table(args: argparse.Namespace, summary: dict[str, Any], methods: list[str],
         f"full cache, seed {args.seed}. Score in points (RULER's string_match_all x 100), mean "
         "over samples [95% percentile bootstrap interval]; the mean over tasks bootstraps "
         "within each task.\n\n"
-        f"| task | samples | prompt tokens | {' | '.join(methods)} |\n"
+        f"| task | samples | prompt tokens | {' | '.join(map(label, methods))} |\n"
         f"|---|---|---|{'---|' * len(methods)}"
     )
     rows = []
@@ -124,16 +132,19 @@ def table(args: argparse.Namespace, summary: dict[str, Any], methods: list[str],
         notes.append("No task counts, so there is no mean.")
     own = [m for m in methods if not m.startswith(PEER_PREFIX)]
     notes.append("KV bytes at T, share of the full cache: "
-                 + ", ".join(f"{m} {shares[m]:.3f}" for m in own) + ".")  # fmt: skip
+                 + ", ".join(f"{label(m)} {shares[m]:.3f}" for m in own) + ".")  # fmt: skip
     if len(own) < len(methods):
         notes.append("kvpress, KV bytes held after the context, share of the full cache's "
                      "(measured; AdaKV holds every position and masks the pruned): "
                      + ", ".join(f"{m} {shares[m]:.3f}" for m in methods if m not in own)
                      + ".")  # fmt: skip
-    per_sample = {m: sum(summary["seconds"][m].values()) / max(len(summary["tasks"]), 1)
+    per_sample = {label(m): sum(summary["seconds"][m].values()) / max(len(summary["tasks"]), 1)
                   for m in methods}  # fmt: skip
     notes.append("Seconds per sample (mean over tasks): "
                  + ", ".join(f"{m} {s:.1f}" for m, s in per_sample.items()) + ".")  # fmt: skip
+    files = [f"{label(m)}: `{m.removeprefix('plan:')}`" for m in methods if label(m) != m]
+    if files:
+        notes.append("Plan files: " + ", ".join(files) + ".")
     return head + "\n" + "\n".join(rows) + "\n" + "\n".join(notes) + "\n"
 
 

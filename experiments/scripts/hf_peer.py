@@ -169,7 +169,8 @@ def eval_model(args: argparse.Namespace) -> None:
     from aah.integrations import hf
     from aah.integrations.hf.cut_loss import measure_loss_costs
     from aah.integrations.hf.model_layout import kv_shape
-    from aah.integrations.hf.search import calibration_batches, plan_from_costs, search_plan
+    from aah.integrations.hf.plan_allocation import plan_from_costs
+    from aah.integrations.hf.search import calibration_batches, search_plan
 
     torch.set_num_threads(args.threads)
     model = LlamaForCausalLM.from_pretrained(args.model).eval()

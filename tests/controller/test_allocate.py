@@ -15,7 +15,7 @@ from aah.attention import coverage
 from aah.attention.kv_bytes import KVShape, full_kv_bytes, plan_kv_bytes
 from aah.controller.allocate import Budget, allocate, kv_head_costs, uniform_window
 from aah.controller.budget import allocate_budget
-from aah.integrations.hf.search import plan_from_costs, plan_from_mass
+from aah.integrations.hf.plan_allocation import plan_from_costs, plan_from_mass
 from aah.plan import WindowPlan
 from aah.posthoc.plans import budgeted_plan
 from aah.posthoc.plans import uniform_window as posthoc_uniform
@@ -160,6 +160,30 @@ def test_the_uniform_window_is_the_widest_that_fits(sinks: int, sliding: int | N
         budget = Budget(T, 2, 4, coverage=cap, sinks=sinks)
         fits = [w for w in range(1, T + 1) if coverage([[w] * 4] * 2, T, sinks).causal <= cap]
         assert uniform_window(budget) == (max(fits) if fits else None)
+
+
+@pytest.mark.parametrize("sinks", [0, 3, (0, 3)])
+def test_the_uniform_window_beside_whole_layers_is_the_widest_the_rest_pays_for(
+    sinks: int | tuple[int, int],
+) -> None:
+    """A hybrid model's full layer kept whole (window T): the sliding layers' one window is
+    the widest whose plan, counted by `plan_kv_bytes` / `coverage`, fits; None when even 1
+    does not (the whole layer alone is over the budget)."""
+    shape = KVShape(2, 32, (12, None))
+    sink_rows = [[s] * 4 for s in ((sinks, sinks) if isinstance(sinks, int) else sinks)]
+    seen = set()
+    for fraction in (0.2, 0.75, 0.8, 0.95, 1.0):
+        budget = Budget.at_kv_fraction(fraction, T, 2, 4, shape, sinks)
+        held = {w: plan_kv_bytes([[w] * 4, [T] * 4], sink_rows, shape, T) for w in range(1, T + 1)}
+        fits = [w for w, b in held.items() if b <= budget.kv_bytes]
+        seen.add(max(fits) if fits else None)
+        assert uniform_window(budget, whole_layers=[1]) == (max(fits) if fits else None)
+    assert None in seen and len(seen) >= 3  # over budget, and windows of several widths
+    for cap in (0.4, 0.7):
+        budget = Budget(T, 2, 4, coverage=cap, sinks=sinks)
+        fits = [w for w in range(1, T + 1)
+                if coverage([[T] * 4, [w] * 4], T, sink_rows).causal <= cap]  # fmt: skip
+        assert uniform_window(budget, whole_layers=[0]) == (max(fits) if fits else None)
 
 
 @pytest.mark.parametrize("sinks", [(0, 3), (3, 0)])

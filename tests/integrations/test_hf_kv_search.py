@@ -25,7 +25,7 @@ from aah.controller.mass import mass_beyond
 from aah.integrations import hf
 from aah.integrations.hf.measure import measure_mass
 from aah.integrations.hf.model_layout import kv_shape
-from aah.integrations.hf.search import plan_from_mass
+from aah.integrations.hf.plan_allocation import plan_from_mass
 from aah.integrations.hf.sink_mass import mass_beyond_given_sinks
 from aah.plan import WindowPlan
 

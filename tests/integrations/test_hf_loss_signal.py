@@ -29,7 +29,8 @@ from aah.integrations.hf.cut_loss import (
     per_query_head,
 )
 from aah.integrations.hf.model_layout import kv_shape
-from aah.integrations.hf.search import plan_from_costs, search_plan
+from aah.integrations.hf.plan_allocation import plan_from_costs
+from aah.integrations.hf.search import search_plan
 from aah.plan import WindowPlan
 
 T, CANDIDATES, SINKS = SEARCH_T, SEARCH_CANDIDATES, SEARCH_SINKS

@@ -156,7 +156,24 @@ def test_the_default_search_never_returns_a_plan_one_window_beats_on_the_held_ou
         mixed = search_plan(model, kv_fraction=0.7, seq_len=T, candidates=CANDIDATES,
                             signal=Starve(), sinks=None, whole_layers=[], floor=0.0,
                             max_batches=2)  # fmt: skip
-        assert len(mixed.info["choice"]["scores"]) == 6
+        # 3 allocations and 3 uniform windows; beside them the full layer whole and the
+        # sliding layer the window the rest pays for, where the budget pays (not with 4
+        # sinks in the sliding layer: 32 + 1 + 4 positions is over 0.7 x 48)
+        scores = mixed.info["choice"]["scores"]
+        assert len(scores) == 8
+        assert "uniform, sinks 4, full layers whole" not in scores
+        both = search_plan(model, kv_fraction=0.7, seq_len=T, candidates=CANDIDATES,
+                           signal=Starve(), sinks=0, whole_layers=[], floor=0.0,
+                           max_batches=2)  # fmt: skip
+        named = dict(both.info["choice"]["scores"])
+        assert set(named) == {"starve, sinks 0", "uniform, sinks 0",
+                              "uniform, sinks 0, full layers whole"}  # fmt: skip
+        whole = WindowPlan.of([[1] * 4, [T] * 4], None, T)
+        mix = calibration_mix(None, seq_len=T, n_blocks=6, vocab_size=model.config.vocab_size)
+        held = [torch.tensor([ids]) for ids in mix[2:]]  # after the 2 measured blocks
+        assert named["uniform, sinks 0, full layers whole"] == pytest.approx(
+            kl_by_hand(model, whole, held), rel=1e-3
+        )
 
 
 def test_forced_settings_hold_for_every_candidate_and_no_choice_is_the_plain_allocation() -> None:

@@ -81,9 +81,21 @@ def test_the_search_judges_every_signals_plans_by_text_and_retrieval() -> None:
     assert set(choice["scores"]) == {"output, sinks 0", "mass, sinks 0", "uniform, sinks 0"}
     assert choice["retrieval_probes"] == PROBES and "answer rows" in choice["objective"]
     assert choice["chosen"] == min(choice["scores"], key=choice["scores"].get)
-    text = search_plan(model, signal=["output", "mass"], **options).info["choice"]
-    assert text["retrieval_probes"] == 0 and set(text["scores"]) == set(choice["scores"])
-    assert text["scores"] != choice["scores"]  # the probes move every score
+    default = search_plan(model, signal=["output", "mass"], **options).info["choice"]
+    assert default == choice  # text and retrieval is the default objective
+    text = search_plan(model, signal=["output", "mass"], objective="text", **options)
+    text_choice = text.info["choice"]
+    assert text_choice["retrieval_probes"] == 0 and set(text_choice["scores"]) == set(
+        choice["scores"]
+    )
+    assert text_choice["scores"] != choice["scores"]  # the probes move every score
+    # a T too short to hide a fact, ask and answer: the default judges by text, and says so;
+    # asked for by name, retrieval is refused
+    short = {**options, "seq_len": 32, "candidates": [8, 16, 32]}
+    alone = search_plan(model, signal="output", **short).info["choice"]
+    assert alone["retrieval_probes"] == 0 and "answer rows" not in alone["objective"]
+    with pytest.raises(ValueError, match="T = 32 is too short for a fact, question and answer"):
+        search_plan(model, signal="output", objective="text+retrieval", **short)
     with pytest.raises(ValueError, match="objective must be one of text, text\\+retrieval"):
         search_plan(model, objective="retrieval", **options)
     with pytest.raises(ValueError, match="needs choose"):

@@ -15,7 +15,8 @@ from aah.attention import coverage
 from aah.integrations import hf
 from aah.integrations.hf.data import token_batches
 from aah.integrations.hf.measure import measure_mass, measure_output_error
-from aah.integrations.hf.search import default_candidates, plan_from_mass, search_plan
+from aah.integrations.hf.plan_allocation import plan_from_mass
+from aah.integrations.hf.search import default_candidates, search_plan
 from aah.plan import WindowPlan
 
 T = 64

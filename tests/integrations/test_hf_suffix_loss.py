@@ -24,7 +24,8 @@ from aah.controller.allocate import Budget
 from aah.integrations import hf
 from aah.integrations.hf.cut_loss import loss_increase, monotone_costs
 from aah.integrations.hf.model_layout import kv_shape
-from aah.integrations.hf.search import plan_from_costs, search_plan
+from aah.integrations.hf.plan_allocation import plan_from_costs
+from aah.integrations.hf.search import search_plan
 from aah.integrations.hf.signals import SuffixLoss
 from aah.integrations.hf.suffix_loss import measure_suffix_loss_costs, suffix_loss_increase
 from aah.plan import WindowPlan

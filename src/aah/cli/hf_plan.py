@@ -102,11 +102,12 @@ def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
         "24 on a hybrid model)",
     )  # fmt: skip
     parser.add_argument(
-        "--objective", choices=("text", "text+retrieval"), default="text",
-        help="what the choice judges plans by: 'text' (default), the KL of the next token "
-        "from full attention on the held-out blocks; 'text+retrieval', the mean of that and "
-        "the same KL at the answer rows of 8 retrieval prompts built on the held-out blocks "
-        "(a fact hidden in the text, a question about it, its answer)",
+        "--objective", choices=("text", "text+retrieval"), default=None,
+        help="what the choice judges plans by: 'text+retrieval' (default), the mean of the KL "
+        "of the next token from full attention on the held-out blocks and the same KL at the "
+        "answer rows of 8 retrieval prompts built on them (a fact hidden in the text, a "
+        "question about it, its answer; text alone where T is too short for one); 'text', "
+        "the held-out blocks alone",
     )  # fmt: skip
     parser.add_argument(
         "--signal",

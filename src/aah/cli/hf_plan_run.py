@@ -108,7 +108,7 @@ def search(args: argparse.Namespace) -> int:
 
     if args.refine and not args.choose:
         raise ValueError("--refine judges plans on the choice's held-out blocks: drop --no-choose")
-    if not args.choose and (args.objective != "text" or "," in args.signal):
+    if not args.choose and (args.objective is not None or "," in args.signal):
         raise ValueError("--objective and several --signal names judge candidate plans: drop "
                          "--no-choose")  # fmt: skip
     texts = Texts.read(text=args.text, heldout=args.heldout)

@@ -289,17 +289,22 @@ def _whole_units(
     return mask
 
 
-def uniform_window(budget: Budget) -> int | None:
+def uniform_window(budget: Budget, whole_layers: Sequence[int] = ()) -> int | None:
     """The widest window w in [1, seq_len] such that w for every head (with the budget's
-    sinks) fits the budget; None when even w = 1 does not. The cost grows with w."""
+    sinks) fits the budget; None when even w = 1 does not. The cost grows with w.
+    `whole_layers`: layers kept at full attention (window seq_len), paid for first; w is then
+    the other layers' one window."""
     per_layer = budget.kv_shape.n_kv_head
+    t, layers = budget.seq_len, np.arange(budget.n_layer)
+    kept = [int(layer in set(whole_layers)) for layer in layers]  # 1: the layer's cost at T
 
     def fits(window: int) -> bool:
-        return int(budget.unit_costs([window], per_layer).sum()) <= budget.cap()
+        costs = budget.unit_costs([window, t], per_layer).reshape(len(layers), per_layer, 2)
+        return int(costs[layers, :, kept].sum()) <= budget.cap()
 
     if not fits(1):
         return None
-    lo, hi = 1, budget.seq_len
+    lo, hi = 1, t
     while lo < hi:  # the widest w that fits lies in [lo, hi]
         mid = (lo + hi + 1) // 2
         if fits(mid):

@@ -89,18 +89,24 @@ def variants(
     return [Variant(s, w, f) for s, w, f in itertools.product(sink_grid, whole_grid, floor_grid)]
 
 
-def uniform_plan(budget: Budget, model_name: str) -> WindowPlan | None:
+def uniform_plan(
+    budget: Budget, model_name: str, whole_layers: Sequence[int] = ()
+) -> WindowPlan | None:
     """One window for every head, the widest within `budget` (its sinks included), recorded
-    as a search records its plans; None when not even a window of 1 fits."""
-    window = uniform_window(budget)
+    as a search records its plans; None when not even a window of 1 fits. `whole_layers`:
+    layers kept at full attention, paid for first (the window is the other layers')."""
+    window = uniform_window(budget, whole_layers)
     if window is None:
         return None
-    windows, sink_rows, t = budget.everywhere(window), budget.sink_rows(), budget.seq_len
-    shape = budget.kv_shape
+    t = budget.seq_len
+    windows = [[t] * budget.n_head if layer in whole_layers else row
+               for layer, row in enumerate(budget.everywhere(window))]  # fmt: skip
+    sink_rows, shape = budget.sink_rows(), budget.kv_shape
+    extra = {"whole_layers": list(whole_layers)} if whole_layers else {}
     return WindowPlan.of(
         windows, sink_rows, t,
         budget=budget.value, budget_unit=budget.unit,
         coverage=coverage(windows, t, sink_rows or 0).causal, model=model_name,
         kv_bytes=plan_kv_bytes(windows, sink_rows, shape, t) if shape.position_bytes else None,
-        signal="uniform", candidates=[window], lost_mass=None, loss_increase=None,
+        signal="uniform", candidates=[window], lost_mass=None, loss_increase=None, **extra,
     )  # fmt: skip

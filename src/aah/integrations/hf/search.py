@@ -4,19 +4,20 @@
    "loss", "suffix-loss", or any registered one) measures on calibration batches what cutting
    each KV head to each candidate window costs: (n_layer, n_kv_head, n_windows), lower is
    better, with the search's sinks.
-2. The one allocator (`controller.allocate.allocate`) picks one candidate per KV head (the
-   unit of KV memory; its query heads share it) over ALL layers, minimising the summed cost
-   with the plan's causal coverage (sinks included) or its KV bytes at the calibration length
-   within the budget; with `floor`, no KV head goes below that share of the uniform window at
-   the same budget.
+2. The one allocator (`controller.allocate.allocate`, via `hf.plan_allocation`) picks one
+   candidate per KV head (the unit of KV memory; its query heads share it) over ALL layers,
+   minimising the summed cost with the plan's causal coverage (sinks included) or its KV
+   bytes at the calibration length within the budget; with `floor`, no KV head goes below
+   that share of the uniform window at the same budget.
 
 3. With `choose` (the default), every setting left open (sinks, whole layers, a floor) is
    tried over a small grid (`hf.plan_candidates`), one uniform window per sink count joins the
-   allocations, and each candidate runs whole on held-out blocks: the plan whose next-token
-   distributions move least from full attention is returned (`hf.plan_choice`,
-   `hf.search_choice`), so the search never returns a plan that one window beats there. With
-   `objective="text+retrieval"` the answer rows of retrieval prompts weigh equally, and with
-   several signals each one's allocations are candidates.
+   allocations (on a model with sliding and full layers, also its full layers whole beside
+   one window for the sliding layers), and each candidate runs whole on held-out blocks and on
+   retrieval prompts built on them: the plan whose next-token distributions move least from
+   full attention, the text and the prompts' answer rows weighing equally, is returned
+   (`hf.plan_choice`, `hf.search_choice`), so the search never returns a plan that one window
+   beats there. With several signals each one's allocations are candidates.
 4. With `refine` (off by default), the chosen plan's budget is then exchanged between groups
    of layers, each exchange judged on the same held-out blocks (`hf.plan_refine`); it is kept
    only where it lowers the divergence.
@@ -50,20 +51,16 @@ from typing import Any
 
 import torch
 
-from aah.attention import coverage
-from aah.attention.kv_bytes import KVShape, plan_kv_bytes
 from aah.controller.allocate import (
     Budget,
-    allocate,
     check_candidates,
     check_whole_layers,
-    kv_head_costs,
     uniform_window,
 )
-from aah.integrations.hf.cut_loss import chosen_cost
 from aah.integrations.hf.data import TextLike, token_batches
 from aah.integrations.hf.load import resolve_tokenizer
 from aah.integrations.hf.model_layout import kv_shape, layout, sliding_windows
+from aah.integrations.hf.plan_allocation import allocations
 from aah.integrations.hf.plan_candidates import variants
 from aah.integrations.hf.search_choice import check_objective, judged, uniform_candidates
 from aah.integrations.hf.signal_registry import make_signal, signal_factory, signal_names
@@ -91,94 +88,6 @@ def check_signal(signal: str) -> str:
     if signal not in signal_names():
         raise ValueError(f"signal must be one of {', '.join(signal_names())}, got {signal!r}")
     return signal
-
-
-def plan_from_costs(
-    costs: torch.Tensor,
-    candidates: Sequence[int],
-    budget: Budget,
-    model_name: str,
-    *,
-    signal: str = "mass",
-    unit: str = "mass",
-    floor: int = 0,
-    whole_layers: Sequence[int] = (),
-) -> WindowPlan:
-    """One candidate per KV head on costs (L, Hkv, n_w) measured with the budget's sinks
-    (`controller.allocate.allocate`), as a plan whose `info` records the search (module
-    docstring). `unit` is the costs' (`hf.signals.Signal.unit`): "mass" keeps `lost_mass`,
-    "loss" keeps `loss_increase`. `floor`: a candidate window no KV head goes below.
-    `whole_layers`: layers whose KV heads all keep full attention (the largest candidate must
-    reach T), paid for first.
-
-    Raises ValueError if the budget is below the all-smallest (or all-floor) plan's cost.
-    """
-    cands = check_candidates(candidates)
-    n_layer, n_kv = costs.shape[:2]
-    shape = budget.kv_shape
-    if (n_layer, n_kv) != (shape.n_layer, shape.n_kv_head):
-        raise ValueError(
-            f"costs are {n_layer} layers x {n_kv} KV heads, the model has {shape.n_layer} x "
-            f"{shape.n_kv_head}"
-        )
-    if not isinstance(signal, str) or not signal:
-        raise ValueError(f"signal must be a signal's name, got {signal!r}")
-    alloc = allocate(costs, cands, budget, floor=floor, whole_layers=whole_layers)
-    sink_rows = budget.sink_rows()
-    t = budget.seq_len
-    if alloc is None:
-        smallest = [[cands[-1]] * len(row) if i in whole_layers else row
-                    for i, row in enumerate(budget.everywhere(floor or cands[0]))]  # fmt: skip
-        if budget.coverage is not None:
-            least = f"coverage {coverage(smallest, t, sink_rows or 0).causal:.4f}"
-        else:
-            least = f"{plan_kv_bytes(smallest, sink_rows, shape, t)} KV bytes"
-        fixes = ["a lower floor"] if floor else ["a smaller candidate window"] * (cands[0] > 1)
-        fixes += ["fewer whole layers"] * bool(whole_layers) + ["a larger budget"]
-        fixes += ["fewer sinks"] * any(budget.sinks_per_layer())
-        fix = ", ".join(fixes[:-1]) + (" or " if len(fixes) > 1 else "") + fixes[-1]
-        what = "smallest plan" if whole_layers else "floor" if floor else "smallest candidate"
-        raise ValueError(
-            f"budget {budget.coverage if budget.coverage is not None else budget.kv_bytes} is "
-            f"below the {what}'s {least} at T={t}; give {fix}"
-        )
-    info: dict[str, Any] = {
-        "budget": budget.value,
-        "coverage": coverage(alloc.windows, t, sink_rows or 0).causal,
-        "candidates": cands,
-        "model": model_name,
-        "lost_mass": alloc.lost if unit == "mass" else None,
-        "budget_unit": budget.unit,
-        "kv_bytes": plan_kv_bytes(alloc.windows, sink_rows, shape, t)
-        if shape.position_bytes
-        else None,
-        "signal": signal,
-        "loss_increase": chosen_cost(costs, alloc.windows, cands) if unit == "loss" else None,
-    }
-    if floor:
-        info["floor"] = floor
-    if whole_layers:
-        info["whole_layers"] = list(whole_layers)
-    return WindowPlan.of(alloc.windows, sink_rows, t, **info)
-
-
-def plan_from_mass(
-    mass: torch.Tensor,
-    candidates: Sequence[int],
-    seq_len: int,
-    budget: float | None,
-    model_name: str,
-    *,
-    shape: KVShape | None = None,
-    sinks: int = 0,
-    kv_budget: int | None = None,
-) -> WindowPlan:
-    """`plan_from_costs` on a per-query-head mass (L, Hq, n_w), summed per KV head, within
-    `budget` (coverage) or `kv_budget` (bytes). `shape` is the model's (`hf.model_layout.
-    kv_shape`); without it every query head is its own KV head and KV bytes are not counted."""
-    n_layer, n_head, _ = mass.shape
-    cap = Budget(seq_len, n_layer, n_head, budget, kv_budget, sinks, shape)
-    return plan_from_costs(kv_head_costs(mass, cap.kv_shape.n_kv_head), candidates, cap, model_name)
 
 
 def model_positions(model: torch.nn.Module, seq_len: int | None) -> int:
@@ -270,7 +179,7 @@ def search_plan(
     whole_layers: Sequence[int] | None = None,
     choose: bool = True,
     refine: bool = False,
-    objective: str = "text",
+    objective: str | None = None,
     batch_size: int = 1,
     max_batches: int | None = None,
     seed: int = 0,
@@ -285,11 +194,12 @@ def search_plan(
     The choice (`hf.plan_candidates`, `hf.plan_choice`): every setting of `sinks`,
     `whole_layers` and `floor` left as None is tried over a small grid (0 or 4 sinks; no
     whole layer or the first; no floor or half the uniform window), each an allocation on the
-    signal, and one uniform window per sink count joins them. Each candidate runs whole on
-    held-out blocks (4 more blocks of the shipped mix; a quarter of the user's blocks), and
-    the one whose next-token distributions move least from full attention (mean KL) is
-    returned, with `info["choice"]` recording every candidate's score. A plan no better than
-    one window there is never returned: the window is.
+    signal, and one uniform window per sink count joins them (on a hybrid model also its full
+    layers whole, the sliding layers one window). Each candidate runs whole on held-out blocks
+    (4 more blocks of the shipped mix; a quarter of the user's blocks) and on 8 retrieval
+    prompts built on them, and the one whose next-token distributions move least from full
+    attention (`objective`) is returned, with `info["choice"]` recording every candidate's
+    score. A plan no better than one window there is never returned: the window is.
 
     Args:
         model: a supported transformers causal LM; left as it was on return.
@@ -328,10 +238,13 @@ def search_plan(
             judged end to end on the same held-out blocks (`hf.plan_refine`; up to 2 rounds
             of 8 moves, 12 on a hybrid model, each a pass over the held-out blocks); the
             chosen plan stands unless a move lowers its divergence. Needs `choose`.
-        objective: what the choice (and refine) judges plans by: "text" (the default), the
-            KL on the held-out blocks; "text+retrieval", the mean of that and the KL at the
-            answer rows of 8 retrieval prompts built on the held-out blocks (a fact hidden in
-            the text, then a question about it; `hf.plan_choice`). Needs `choose`.
+        objective: what the choice (and refine) judges plans by: "text+retrieval" (None, the
+            default), the mean of the KL on the held-out blocks and the KL at the answer rows
+            of 8 retrieval prompts built on them (a fact hidden in the text, then a question
+            about it; `hf.plan_choice`); by default text alone where T is too short to hold a
+            prompt (tens of tokens), as the record says. "text": the held-out blocks' KL alone
+            (a plan that keeps the running text closest, whatever it loses of far facts).
+            Needs `choose`.
         progress: progress bars over the calibration passes and the choice (None: when
             stderr is a terminal).
         sample_queries: exact attention rows per head and batch, for the signals that sample
@@ -383,7 +296,7 @@ def search_plan(
         for count in sorted({s for v in settings for s in v.sinks_per_layer(n_layer)}):
             context = SearchContext(count, seed, progress, tokenizer, seq_len=t)
             costs_of[count] = measured.measure(model, batches, needed, context)
-        plans += _allocations(model, measured, settings, caps, floors, costs_of, cands, refused)
+        plans += allocations(model, measured, settings, caps, floors, costs_of, cands, refused)
     if not plans:  # not one allocation fits: say why, rather than fall back unasked
         raise refused[0]
     if not choose:
@@ -396,33 +309,6 @@ def search_plan(
     return judged(model, plans + windows, held_out, in_sample=held_out is batches,
                   objective=objective, refine=refine, budget_of=budget_of, seed=seed,
                   tokenizer=tokenizer, progress=progress)  # fmt: skip
-
-
-def _allocations(
-    model: torch.nn.Module, measured: Signal, settings: list[Any], caps: list[Budget],
-    floors: list[int], costs_of: dict[int, torch.Tensor], cands: list[int],
-    refused: list[ValueError],
-) -> list[tuple[str, WindowPlan]]:  # fmt: skip
-    """One plan per setting on the costs `measured` measured (over the candidates and every
-    setting's floor), named for the signal and the setting; a setting the budget cannot pay
-    for goes to `refused` (its ValueError)."""
-    needed = sorted({*cands, *floors} - {0})  # the windows costs_of was measured on
-    n_layer = layout(model).n_layer
-    plans = []
-    for v, cap, least in zip(settings, caps, floors, strict=True):
-        own = sorted({*cands, least} - {0})
-        rows = [costs_of[s][layer] for layer, s in enumerate(v.sinks_per_layer(n_layer))]
-        costs = torch.stack(rows)[..., [needed.index(c) for c in own]]
-        try:
-            plan = plan_from_costs(
-                costs, own, cap, type(model).__name__, signal=measured.name,
-                unit=measured.unit, floor=least, whole_layers=v.whole_layers,
-            )  # fmt: skip
-        except ValueError as err:
-            refused.append(err)  # a setting this budget cannot pay for is no candidate
-            continue
-        plans.append((v.name(measured.name), plan))
-    return plans
 
 
 def _held_out(

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from aah.controller.allocate import Budget
+from aah.integrations.hf.model_layout import sliding_windows
 from aah.integrations.hf.plan_candidates import sink_name, uniform_plan
 from aah.integrations.hf.plan_choice import FullReference
 from aah.integrations.hf.plan_choice import choose as choose_plan
@@ -33,11 +34,18 @@ OBJECTIVES = {
 SinkSetting = int | tuple[int, ...]
 
 
-def check_objective(objective: str, choose: bool) -> str:
-    """`objective` if known and usable (it judges candidates, so it needs `choose`)."""
+#: the objective a search judges by when given none (text alone where T holds no probe)
+DEFAULT_OBJECTIVE = "text+retrieval"
+
+
+def check_objective(objective: str | None, choose: bool) -> str | None:
+    """`objective` if known and usable (it judges candidates, so it needs `choose`); None
+    (the default) stays None: `DEFAULT_OBJECTIVE` where the held-out blocks hold a probe."""
+    if objective is None:
+        return None
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
-    if objective != "text" and not choose:
+    if not choose:
         raise ValueError(f"objective {objective!r} judges candidate plans: it needs choose")
     return objective
 
@@ -45,12 +53,20 @@ def check_objective(objective: str, choose: bool) -> str:
 def uniform_candidates(
     model: torch.nn.Module, sinks: Sequence[SinkSetting], budget_of: Callable[[Any], Budget]
 ) -> list[tuple[str, WindowPlan]]:
-    """One uniform window per distinct sink setting, the widest its budget pays for."""
+    """One uniform window per distinct sink setting, the widest its budget pays for; on a
+    model that mixes sliding and full layers, also its full layers whole and one window for
+    the sliding layers, where the budget pays for that (the only layers that see past the
+    sliding window are then never cut)."""
+    caps = sliding_windows(model)
+    full = [layer for layer, cap in enumerate(caps) if cap is None]
+    hybrid = 0 < len(full) < len(caps)
     plans = []
     for s in dict.fromkeys(sinks):
-        window = uniform_plan(budget_of(s), type(model).__name__)
-        if window is not None:
-            plans.append((f"uniform, {sink_name(s)}", window))
+        for whole in ([], full) if hybrid else ([],):
+            window = uniform_plan(budget_of(s), type(model).__name__, whole)
+            if window is not None:
+                name = f"uniform, {sink_name(s)}" + ", full layers whole" * bool(whole)
+                plans.append((name, window))
     return plans
 
 
@@ -60,7 +76,7 @@ def judged(
     held_out: Sequence[torch.Tensor],
     *,
     in_sample: bool,
-    objective: str,
+    objective: str | None,
     refine: bool,
     budget_of: Callable[[Any], Budget],
     seed: int,
@@ -68,11 +84,18 @@ def judged(
     progress: bool,
 ) -> WindowPlan:
     """The best of `plans` on `held_out` by `objective` (module docstring), refined if asked;
-    `in_sample`: the held-out blocks are the measured ones (too little text to split)."""
+    `in_sample`: the held-out blocks are the measured ones (too little text to split). None:
+    `DEFAULT_OBJECTIVE`, or text alone where a block is too short to hide a fact, ask about it
+    and answer (tens of tokens); the record says which."""
     probes: list[tuple[torch.Tensor, list[int]]] = []
-    if objective == "text+retrieval":
+    if objective in (None, "text+retrieval"):
         vocab = getattr(model.config, "vocab_size", None)
-        probes = probes_on(held_out, tokenizer, seed=seed, vocab_size=vocab)
+        try:
+            probes = probes_on(held_out, tokenizer, seed=seed, vocab_size=vocab)
+        except ValueError:
+            if objective is not None:  # asked for by name: say why it cannot be had
+                raise
+    objective = "text+retrieval" if probes else "text"
     reference = FullReference.of(model, held_out, probes)
     scored = choose_plan(model, plans, held_out, progress=progress, reference=reference)
     best = scored[0]

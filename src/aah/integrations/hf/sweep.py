@@ -24,7 +24,8 @@ from aah.integrations.hf.data import TextLike
 from aah.integrations.hf.load import resolve_tokenizer
 from aah.integrations.hf.measure import measure_mass
 from aah.integrations.hf.model_layout import kv_shape
-from aah.integrations.hf.search import calibration_batches, default_candidates, plan_from_mass
+from aah.integrations.hf.plan_allocation import plan_from_mass
+from aah.integrations.hf.search import calibration_batches, default_candidates
 
 DEFAULT_BUDGETS = (0.2, 0.4, 0.6, 0.8)
 
