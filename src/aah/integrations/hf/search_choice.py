@@ -1,10 +1,11 @@
 """The last stage of the plan search: candidate plans judged end to end, the best refined.
 
 The allocations of `hf.search` are joined by one uniform window per sink setting (the trivial
-baseline is always a candidate), every candidate runs whole on the held-out blocks
-(`hf.plan_choice`), and the one the model does best with is returned, its record in
-`info["choice"]`; with `refine`, its budget is then exchanged between groups of layers
-(`hf.plan_refine`).
+baseline is always a candidate; on a hybrid model also its full layers whole beside one window
+for the sliding layers), every candidate runs whole on the held-out blocks and, by default, on
+retrieval prompts built on them (`hf.plan_choice`), and the one the model does best with is
+returned, its record in `info["choice"]`; with `refine`, its budget is then exchanged between
+groups of layers (`hf.plan_refine`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ OBJECTIVES = {
 }
 
 SinkSetting = int | tuple[int, ...]
-
 
 #: the objective a search judges by when given none (text alone where T holds no probe)
 DEFAULT_OBJECTIVE = "text+retrieval"
@@ -88,7 +88,7 @@ def judged(
     `DEFAULT_OBJECTIVE`, or text alone where a block is too short to hide a fact, ask about it
     and answer (tens of tokens); the record says which."""
     probes: list[tuple[torch.Tensor, list[int]]] = []
-    if objective in (None, "text+retrieval"):
+    if (objective or DEFAULT_OBJECTIVE) == "text+retrieval":
         vocab = getattr(model.config, "vocab_size", None)
         try:
             probes = probes_on(held_out, tokenizer, seed=seed, vocab_size=vocab)
