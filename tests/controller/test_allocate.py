@@ -179,6 +179,9 @@ def test_the_uniform_window_beside_whole_layers_is_the_widest_the_rest_pays_for(
         seen.add(max(fits) if fits else None)
         assert uniform_window(budget, whole_layers=[1]) == (max(fits) if fits else None)
     assert None in seen and len(seen) >= 3  # over budget, and windows of several widths
+    for bad in ([2], [1, 1], [-1]):
+        with pytest.raises(ValueError, match=r"whole_layers must be distinct layers in 0\.\.1"):
+            uniform_window(budget, whole_layers=bad)
     for cap in (0.4, 0.7):
         budget = Budget(T, 2, 4, coverage=cap, sinks=sinks)
         fits = [w for w in range(1, T + 1)

@@ -296,7 +296,13 @@ def uniform_window(budget: Budget, whole_layers: Sequence[int] = ()) -> int | No
     the other layers' one window."""
     per_layer = budget.kv_shape.n_kv_head
     t, layers = budget.seq_len, np.arange(budget.n_layer)
-    kept = [int(layer in set(whole_layers)) for layer in layers]  # 1: the layer's cost at T
+    whole = set(whole_layers)
+    if len(whole) != len(whole_layers) or not whole <= set(range(budget.n_layer)):
+        raise ValueError(
+            f"whole_layers must be distinct layers in 0..{budget.n_layer - 1}, "
+            f"got {list(whole_layers)!r}"
+        )
+    kept = [int(layer in whole) for layer in layers]  # 1: the layer's cost at T
 
     def fits(window: int) -> bool:
         costs = budget.unit_costs([window, t], per_layer).reshape(len(layers), per_layer, 2)
