@@ -91,16 +91,19 @@ def kv_shares(plans: dict[str, Any], model: Any, seq_len: int) -> dict[str, floa
     return shares
 
 
-def label(method: str) -> str:
-    """How a method heads its column: a plan file by its name without folder or suffix."""
-    if method.startswith("plan:"):
-        return "plan:" + Path(method.removeprefix("plan:")).stem
-    return method
+def labels(methods: list[str]) -> dict[str, str]:
+    """How each method heads its column: a plan file by its name without folder or suffix,
+    unless another plan file of the table has that name too (then by its path)."""
+    stems = {m: "plan:" + Path(m.removeprefix("plan:")).stem
+             for m in methods if m.startswith("plan:")}  # fmt: skip
+    taken = list(stems.values())
+    return {m: stems[m] if m in stems and taken.count(stems[m]) == 1 else m for m in methods}
 
 
 def table(args: argparse.Namespace, summary: dict[str, Any], methods: list[str],
           shares: dict[str, float]) -> str:  # fmt: skip
     """The markdown table and its notes."""
+    label = labels(methods).__getitem__
     head = (
         f"RULER at T = {args.seq_len}, template {args.template}, KV {args.kv_fraction} of the "
         f"full cache, seed {args.seed}. Score in points (RULER's string_match_all x 100), mean "

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from experiments.pretrained.cells import CellStore
-from experiments.ruler.report import peer_methods, peer_shares, summarize
+from experiments.ruler.report import labels, peer_methods, peer_shares, summarize
 from experiments.scripts import ruler_kvpress as rk
 
 SETTINGS = {"model": "m.gguf", "seq_len": 64, "seed": 0, "template": "raw", "kv_fraction": 0.3}
@@ -170,3 +170,13 @@ def test_presses_that_answered_fewer_samples_get_a_table_of_their_own(
     text = (tmp_path / "report" / "table.md").read_text()
     assert text.count("| task | samples |") == 2
     assert "on the samples every method answered" in text
+
+
+def test_plan_columns_are_named_by_file_unless_two_files_share_a_name() -> None:
+    methods = ["full", "plan:a/x/default.json", "plan:b/y/default.json", "plan:c/kv05.json"]
+    assert labels(methods) == {
+        "full": "full",
+        "plan:a/x/default.json": "plan:a/x/default.json",
+        "plan:b/y/default.json": "plan:b/y/default.json",
+        "plan:c/kv05.json": "plan:kv05",
+    }

@@ -296,12 +296,7 @@ def uniform_window(budget: Budget, whole_layers: Sequence[int] = ()) -> int | No
     the other layers' one window."""
     per_layer = budget.kv_shape.n_kv_head
     t, layers = budget.seq_len, np.arange(budget.n_layer)
-    whole = set(whole_layers)
-    if len(whole) != len(whole_layers) or not whole <= set(range(budget.n_layer)):
-        raise ValueError(
-            f"whole_layers must be distinct layers in 0..{budget.n_layer - 1}, "
-            f"got {list(whole_layers)!r}"
-        )
+    whole = set(check_whole_layers(whole_layers, budget.n_layer, t, t))
     kept = [int(layer in whole) for layer in layers]  # 1: the layer's cost at T
 
     def fits(window: int) -> bool:

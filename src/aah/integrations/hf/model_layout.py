@@ -87,6 +87,13 @@ def sliding_windows(model: torch.nn.Module) -> list[int | None]:
     return caps
 
 
+def hybrid_full_layers(sliding: Sequence[int | None]) -> tuple[int, ...]:
+    """The full-attention layers of a model that mixes them with sliding ones (Gemma 2/3), from
+    each layer's own sliding window (`sliding_windows`); () for a model of one kind."""
+    full = tuple(i for i, cap in enumerate(sliding) if not cap)
+    return full if 0 < len(full) < len(sliding) else ()
+
+
 def kv_shape(model: torch.nn.Module) -> KVShape:
     """The model's `KVShape` as `PerHeadCache` stores it: KV heads, D * 2 * itemsize bytes per
     position (the dtype of its parameters), each layer's sliding window."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from aah.attention import coverage
 from aah.attention.kv_bytes import plan_kv_bytes
 from aah.controller.allocate import Budget, uniform_window
+from aah.integrations.hf.model_layout import hybrid_full_layers
 from aah.plan import WindowPlan
 
 #: the sink count tried besides none when a search leaves sinks open
@@ -81,9 +82,9 @@ def variants(
     sink_grid: tuple[int | tuple[int, ...], ...] = (
         (sinks,) if sinks is not None else (0, DEFAULT_SINKS)
     )
-    hybrid = tuple(0 if s else DEFAULT_SINKS for s in sliding)
-    if sinks is None and 0 in hybrid and DEFAULT_SINKS in hybrid:
-        sink_grid = (*sink_grid, hybrid)
+    full = hybrid_full_layers(sliding)
+    if sinks is None and full:
+        sink_grid = (*sink_grid, tuple(DEFAULT_SINKS * (i in full) for i in range(len(sliding))))
     whole_grid = ((), (0,)) if whole_layers is None else (tuple(whole_layers),)
     floor_grid = DEFAULT_FLOORS if floor is None else (floor,)
     return [Variant(s, w, f) for s, w, f in itertools.product(sink_grid, whole_grid, floor_grid)]

@@ -27,6 +27,7 @@ from typing import Any
 
 from aah.attention import coverage
 from aah.controller.allocate import Budget
+from aah.integrations.hf.model_layout import hybrid_full_layers
 from aah.integrations.hf.plan_choice import FullReference
 from aah.plan import Plan, WindowPlan
 from aah.validate import check_int
@@ -59,9 +60,9 @@ def layer_groups(n_layer: int, sliding: Sequence[int | None] = ()) -> dict[str, 
     for i in range(parts):
         lo, hi = i * n_layer // parts, (i + 1) * n_layer // parts
         groups[f"layers {lo}-{hi - 1}"] = tuple(range(lo, hi))
-    slid = tuple(i for i, s in enumerate(sliding) if s)
-    full = tuple(i for i, s in enumerate(sliding) if not s)
-    if slid and full:  # a kind that is already a quarter is not tried twice
+    full = hybrid_full_layers(sliding)
+    if full:  # a kind that is already a quarter is not tried twice
+        slid = tuple(i for i, cap in enumerate(sliding) if cap)
         for name, layers in (("sliding layers", slid), ("full layers", full)):
             if layers not in groups.values():
                 groups[name] = layers

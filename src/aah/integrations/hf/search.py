@@ -236,8 +236,9 @@ def search_plan(
             one allocation of the settings given, as measured by the signal alone.
         refine: after the choice, exchange budget between groups of layers, each exchange
             judged end to end on the same held-out blocks (`hf.plan_refine`; up to 2 rounds
-            of 8 moves, 12 on a hybrid model, each a pass over the held-out blocks); the
-            chosen plan stands unless a move lowers its divergence. Needs `choose`.
+            of 8 moves, 12 on a hybrid model, each a pass over the held-out blocks and
+            prompts); the chosen plan stands unless a move lowers its divergence. Needs
+            `choose`.
         objective: what the choice (and refine) judges plans by: "text+retrieval" (None, the
             default), the mean of the KL on the held-out blocks and the KL at the answer rows
             of 8 retrieval prompts built on them (a fact hidden in the text, then a question

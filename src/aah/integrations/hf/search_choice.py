@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from aah.controller.allocate import Budget
-from aah.integrations.hf.model_layout import sliding_windows
+from aah.integrations.hf.model_layout import hybrid_full_layers, sliding_windows
 from aah.integrations.hf.plan_candidates import sink_name, uniform_plan
 from aah.integrations.hf.plan_choice import FullReference
 from aah.integrations.hf.plan_choice import choose as choose_plan
@@ -57,12 +57,10 @@ def uniform_candidates(
     model that mixes sliding and full layers, also its full layers whole and one window for
     the sliding layers, where the budget pays for that (the only layers that see past the
     sliding window are then never cut)."""
-    caps = sliding_windows(model)
-    full = [layer for layer, cap in enumerate(caps) if cap is None]
-    hybrid = 0 < len(full) < len(caps)
+    full = hybrid_full_layers(sliding_windows(model))
     plans = []
     for s in dict.fromkeys(sinks):
-        for whole in ([], full) if hybrid else ([],):
+        for whole in ((), full) if full else ((),):
             window = uniform_plan(budget_of(s), type(model).__name__, whole)
             if window is not None:
                 name = f"uniform, {sink_name(s)}" + ", full layers whole" * bool(whole)
