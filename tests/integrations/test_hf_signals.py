@@ -159,3 +159,29 @@ def test_a_floor_keeps_every_kv_head_at_a_share_of_the_uniform_window(share: flo
     assert search_plan(model, kv_fraction=0.5, signal=Fixed(costs), floor=0.0, **OPTIONS) == plain
     with pytest.raises(ValueError, match="floor must be a share in"):
         search_plan(model, kv_fraction=0.5, signal=Fixed(costs), floor=1.5, **OPTIONS)
+
+
+@dataclass(frozen=True)
+class Counted(PreferLayer):
+    """PreferLayer that records the sink count of every measurement it makes."""
+
+    calls: list[int] = field(default_factory=list, compare=False, hash=False)
+
+    def measure(self, model, batches, candidates, context):  # type: ignore[no-untyped-def]
+        self.calls.append(context.sinks)
+        return super().measure(model, batches, candidates, context)
+
+
+def test_a_signal_named_alone_and_in_a_blend_is_measured_once_per_sink_count() -> None:
+    model = tiny_model("llama")
+    counted = Counted(1)
+    signals = [counted, Blend((counted, PreferLayer(0)), name="both")]
+    options = {**OPTIONS, "sinks": None, "choose": True, "max_batches": 4}
+    plan = search_plan(model, kv_fraction=0.6, signal=signals, **options)
+    assert sorted(counted.calls) == sorted(set(counted.calls)) and len(counted.calls) >= 2
+    # a context built by hand keeps no memo: the same signal is measured each time
+    context, ids = SearchContext(sinks=1), [torch.zeros(1, T, dtype=torch.long)]
+    searched = len(counted.calls)
+    Blend((counted, counted)).measure(model, ids, CANDIDATES, context)
+    assert len(counted.calls) == searched + 2
+    assert plan.info["signal"] in ("prefer-layer", "both", "uniform")

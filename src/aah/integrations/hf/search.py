@@ -292,11 +292,12 @@ def search_plan(
     floors = [floor_window(cap, v.floor) for cap, v in zip(caps, settings, strict=True)]
     needed = sorted({*cands, *floors} - {0})  # every window any setting allocates on
     plans, refused = [], []
+    memo: dict = {}  # a signal named twice (alone and in a blend) is measured once
     for measured in signals:
         costs_of = {}  # one measurement per sink count; a layer's costs are its own (local cuts)
         for count in sorted({s for v in settings for s in v.sinks_per_layer(n_layer)}):
-            context = SearchContext(count, seed, progress, tokenizer, seq_len=t)
-            costs_of[count] = measured.measure(model, batches, needed, context)
+            context = SearchContext(count, seed, progress, tokenizer, seq_len=t, memo=memo)
+            costs_of[count] = context.costs(measured, model, batches, needed)
         plans += allocations(model, measured, settings, caps, floors, costs_of, cands, refused)
     if not plans:  # not one allocation fits: say why, rather than fall back unasked
         raise refused[0]

@@ -41,6 +41,30 @@ class SearchContext:
     progress: bool = False
     tokenizer: Any | None = None
     seq_len: int | None = None  # T of the calibration batches
+    #: costs already measured on these batches, by (signal, sinks, candidates), so that a
+    #: signal named twice (alone and inside a blend, say) is measured once: the search shares
+    #: one dict between its contexts; None (a context built by hand) measures every time
+    memo: dict[Any, torch.Tensor] | None = field(default=None, compare=False, repr=False)
+
+    def costs(
+        self,
+        signal: Signal,
+        model: torch.nn.Module,
+        batches: Sequence[torch.Tensor],
+        candidates: Sequence[int],
+    ) -> torch.Tensor:
+        """`signal.measure(...)` on this context, once per `memo` for a hashable signal (the
+        built-in ones are frozen dataclasses; an unhashable one is measured every time)."""
+        key = (signal, self.sinks, tuple(candidates))
+        try:
+            hash(key)
+        except TypeError:
+            key = None
+        if self.memo is None or key is None:
+            return signal.measure(model, batches, candidates, self)
+        if key not in self.memo:
+            self.memo[key] = signal.measure(model, batches, candidates, self)
+        return self.memo[key]
 
 
 @runtime_checkable
@@ -188,7 +212,7 @@ class Blend:
     def measure(self, model: Any, batches: Any, candidates: Any, context: SearchContext) -> Any:
         from aah.integrations.hf.measure import blended
 
-        costs = [p.measure(model, batches, candidates, context) for p in self.parts]
+        costs = [context.costs(p, model, batches, candidates) for p in self.parts]
         return blended(costs, self.weights)
 
 
