@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from choice_rule import expected_choice
 from hf_tokenized import TEXT, save_tokenized_llama
 
 from aah.cli import main
@@ -111,11 +112,29 @@ def test_the_search_chooses_end_to_end_and_says_so(inputs, tmp_path, capsys):
     said = "calibrating on the shipped mix: 2 blocks of 32 tokens, and 4 more to judge plans on"
     assert said in lines
     plan = json.loads((tmp_path / "plan.json").read_text())
-    scores = plan["choice"]["scores"]
     chosen = plan["choice"]["chosen"]
-    assert json.loads(lines[-1])["chosen"] == chosen == min(scores, key=scores.get)
+    assert json.loads(lines[-1])["chosen"] == chosen == expected_choice(plan["choice"])
     shown = [line for line in lines if line.startswith("  * ")]
     assert len(shown) == 1 and shown[0].endswith(chosen)
+
+
+def test_the_command_line_says_when_one_window_is_kept_by_the_margin(
+    inputs, tmp_path, capsys, monkeypatch
+):
+    import aah.integrations.hf.search_choice as search_choice
+
+    monkeypatch.setattr(search_choice, "CHOICE_MARGIN", 0.999)  # no plan leads by that much
+    capsys.readouterr()
+    argv = ["plan", "search", str(inputs / "llama"), "--out", str(tmp_path / "plan.json"),
+            "--seq-len", "32", "--max-batches", "2", "--candidates", "4,8,16,32",
+            "--kv-fraction", "0.4", "--threads", "1"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    choice = json.loads((tmp_path / "plan.json").read_text())["choice"]
+    lowest = next(iter(choice["scores"]))
+    assert not lowest.startswith("uniform"), "the margin needs a plan ahead to decide on"
+    assert choice["chosen"].startswith("uniform") and choice["margin"] == 0.999
+    assert f"one window kept: {lowest!r} leads it by" in out
 
 
 def test_refine_from_the_command_line_is_the_apis_refined_plan(inputs, tmp_path, capsys):

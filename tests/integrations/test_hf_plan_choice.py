@@ -11,11 +11,12 @@ import torch
 
 pytest.importorskip("transformers")
 
+from choice_rule import expected_choice
 from hf_models import tiny_model
 
 from aah.integrations.hf.apply_plan import applied
 from aah.integrations.hf.plan_candidates import DEFAULT_SINKS, Variant, variants
-from aah.integrations.hf.plan_choice import FullReference, choose, scored_positions
+from aah.integrations.hf.plan_choice import FullReference, Scored, choose, scored_positions
 from aah.integrations.hf.search import search_plan
 from aah.integrations.hf.signals import SearchContext
 from aah.plan import WindowPlan
@@ -142,7 +143,7 @@ def test_the_default_search_never_returns_a_plan_one_window_beats_on_the_held_ou
     assert {"uniform, sinks 0", "uniform, sinks 4", "starve, sinks 0", "starve, sinks 4"} <= set(
         scores
     )
-    assert choice["chosen"] == min(scores, key=scores.get)
+    assert choice["chosen"] == expected_choice(choice)
     assert scores[choice["chosen"]] <= min(scores["uniform, sinks 0"], scores["uniform, sinks 4"])
     # the held-out blocks are the mix's 4 blocks after the 8 measured ones; recomputed by hand
     from aah.integrations.hf.calibration_mix import calibration_mix
@@ -198,3 +199,44 @@ def test_a_users_text_holds_out_its_last_quarter() -> None:
     one = search_plan(model, ids[:, :T], kv_fraction=0.5, seq_len=T, candidates=CANDIDATES,
                       sinks=0)  # fmt: skip
     assert one.info["choice"]["held_out"] == "in-sample"
+
+
+def test_a_plan_displaces_one_window_only_by_the_margin() -> None:
+    from aah.integrations.hf.search_choice import preferred
+
+    def scored(**scores: float) -> list[Scored]:
+        plan = plan_of([[T] * 2])
+        return sorted((Scored(n, plan, d) for n, d in scores.items()), key=lambda s: s.divergence)
+
+    windows = {"uniform, sinks 0", "uniform, sinks 4"}
+    two = {"uniform, sinks 4": 1.0, "uniform, sinks 0": 2.0}  # the best window scores 1.0
+    for lead, want in ((0.005, "uniform, sinks 4"), (0.02, "output")):
+        assert preferred(scored(output=1 - lead, **two), windows, 0.01).name == want
+    # a window lowest is kept; no window among the candidates leaves the lowest
+    one = {"uniform, sinks 0": 1.0}
+    assert preferred(scored(output=1.5, **one), windows, 0.5).name == "uniform, sinks 0"
+    assert preferred(scored(output=1.0, mass=2.0), windows, 0.5).name == "output"
+    assert preferred(scored(output=0.99, **one), windows, 0.0).name == "output"
+
+
+@pytest.mark.parametrize("margin", [0.0, 0.999])
+def test_the_search_keeps_one_window_unless_a_plan_beats_it_by_the_margin(
+    margin: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import aah.integrations.hf.search_choice as search_choice
+
+    monkeypatch.setattr(search_choice, "CHOICE_MARGIN", margin)
+    # a tiny hybrid (three sliding layers, one full) where an allocation leads by far
+    hybrid = {"num_hidden_layers": 4, "layer_types": ["sliding_attention"] * 3 + ["full_attention"]}
+    model = tiny_model("gemma3_text", max_position_embeddings=256, **hybrid)
+    plan = search_plan(model, kv_fraction=0.5, seq_len=T, candidates=CANDIDATES, max_batches=2)
+    choice = plan.info["choice"]
+    scores = choice["scores"]
+    assert choice["margin"] == margin and choice["chosen"] == expected_choice(choice)
+    lowest = min(scores, key=scores.get)
+    best_window = min(scores[n] for n in scores if n.startswith("uniform"))
+    assert scores[lowest] < 0.5 * best_window  # not a window, and far ahead of them
+    if margin == 0.0:  # the plain argmin
+        assert choice["chosen"] == lowest
+    else:  # no plan is 1000 times better than the best window here
+        assert choice["chosen"].startswith("uniform") and scores[choice["chosen"]] == best_window

@@ -229,6 +229,11 @@ def print_search_summary(
               "better):")  # fmt: skip
         for name, score in choice["scores"].items():
             print(f"  {'*' if name == choice['chosen'] else ' '} {score:.5f}  {name}")
+        lowest, scores = next(iter(choice["scores"])), choice["scores"]
+        if lowest != choice["chosen"] and "margin" in choice:
+            lead = 1 - scores[lowest] / scores[choice["chosen"]]
+            print(f"one window kept: {lowest!r} leads it by {lead:.2%}, under the "
+                  f"{choice['margin']:.0%} a plan needs to be chosen over one window")  # fmt: skip
     if all(w >= t for row in plan.windows for w in row):
         print(f"note: every head keeps its whole context at T={t}: the budget cuts nothing")
 

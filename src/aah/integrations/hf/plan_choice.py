@@ -18,9 +18,10 @@ mean of two equal parts: the one above, and the same KL at the rows that predict
 answer, where the model must fetch the fact from far back. Running text alone barely weighs
 such fetches: a plan can move the text's distributions little and still lose every fact.
 
-`choose` scores every candidate and keeps the lowest. Since one uniform window (with and
-without sinks) is always among the search's candidates, the plan returned is never worse than
-one window on the held-out blocks by this measure.
+`choose` scores every candidate, lowest first. The search (`hf.search_choice`) always has one
+uniform window (with and without sinks) among them and keeps it unless another plan beats it
+by a margin, so the plan returned is never worse than one window on the held-out blocks by
+this measure.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@
    retrieval prompts built on them: the plan whose next-token distributions move least from
    full attention, the text and the prompts' answer rows weighing equally, is returned
    (`hf.plan_choice`, `hf.search_choice`), so the search never returns a plan that one window
-   beats there. With several signals each one's allocations are candidates.
+   beats there; one window is kept unless a plan beats it by 1% (`CHOICE_MARGIN`: a smaller
+   lead is noise-sized). With several signals each one's allocations are candidates.
 4. With `refine` (off by default), the chosen plan's budget is then exchanged between groups
    of layers, each exchange judged on the same held-out blocks (`hf.plan_refine`); it is kept
    only where it lowers the divergence.
@@ -308,7 +309,7 @@ def search_plan(
         return search_budget(model, t, sinks, **limit)
 
     windows = uniform_candidates(model, [v.sinks for v in settings], budget_of)
-    return judged(model, plans + windows, held_out, in_sample=held_out is batches,
+    return judged(model, plans, windows, held_out, in_sample=held_out is batches,
                   objective=objective, refine=refine, budget_of=budget_of, seed=seed,
                   tokenizer=tokenizer, progress=progress)  # fmt: skip
 
