@@ -217,6 +217,7 @@ def test_a_plan_displaces_one_window_only_by_the_margin() -> None:
     assert preferred(scored(output=1.5, **one), windows, 0.5).name == "uniform, sinks 0"
     assert preferred(scored(output=1.0, mass=2.0), windows, 0.5).name == "output"
     assert preferred(scored(output=0.99, **one), windows, 0.0).name == "output"
+    assert preferred(scored(output=1.0, **one), windows, 0.0).name == "uniform, sinks 0"  # a tie
 
 
 @pytest.mark.parametrize("margin", [0.0, 0.999])
