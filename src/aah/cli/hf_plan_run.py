@@ -227,9 +227,10 @@ def print_search_summary(
         print(f"chosen among {len(choice['scores'])} candidates by {choice['objective']} "
               f"on {choice['held_out_blocks']} {choice['held_out']} blocks (lower is "
               "better):")  # fmt: skip
-        for name, score in choice["scores"].items():
+        scores = choice["scores"]  # lowest first
+        for name, score in scores.items():
             print(f"  {'*' if name == choice['chosen'] else ' '} {score:.5f}  {name}")
-        lowest, scores = next(iter(choice["scores"])), choice["scores"]
+        lowest = next(iter(scores))
         if lowest != choice["chosen"] and "margin" in choice:
             lead = 1 - scores[lowest] / scores[choice["chosen"]]
             print(f"one window kept: {lowest!r} leads it by {lead:.2%}, under the "
