@@ -1,6 +1,6 @@
 """Seconds for the loss signal of `aah plan search --signal loss` on a transformers model:
-replaying the layers before each cut (`aah.integrations.hf.layer_replay`) against one whole forward
-per cut, interleaved A B A B in one run, on a randomly initialised Llama-style model (the
+replaying the layers before each cut (`aah.integrations.hf.search.layer_replay`) against one whole
+forward per cut, interleaved A B A B in one run, on a randomly initialised Llama-style model (the
 cost does not depend on the weights).
 
     python benchmarks/hf_loss_signal.py --threads 1
@@ -15,8 +15,8 @@ import torch
 
 from aah.bench.timing import interleaved_medians
 from aah.integrations import hf
-from aah.integrations.hf.cut_loss import Imposed, cut_plan, loss_increase, mean_loss
-from aah.integrations.hf.model_layout import layout
+from aah.integrations.hf.run.model_layout import layout
+from aah.integrations.hf.search.cut_loss import Imposed, cut_plan, loss_increase, mean_loss
 
 
 def whole_forwards(model, batches, candidates, sinks):  # type: ignore[no-untyped-def]

@@ -6,14 +6,14 @@ output before the output projection (what `o_proj` reads), from one backward pas
 head full.
 
 Cutting KV head u to window w (with s sinks) changes its G query heads' outputs at row i from
-o to o_w (the renormalised windowed row, as in `hf.output_error`). To first order the mean loss
-moves by
+o to o_w (the renormalised windowed row, as in `hf.search.output_error`). To first order the mean
+loss moves by
 
     dL(u, w) = sum_i sum_{h in u} grad_{i,h} . (o_w - o)_{i,h}
 
 which `gradient_error` estimates from `sample_queries` seeded rows per sequence, scaled to all
 T - 1 rows (row 0 sees only itself, which every window keeps). Where the output signal
-(`hf.output_error`) weighs every direction of the residual stream alike, this weighs each by
+(`hf.search.output_error`) weighs every direction of the residual stream alike, this weighs each by
 how much the loss downstream reacts to it: a large change that later layers ignore costs
 little, a small change along a direction the loss is steep in costs much.
 
@@ -21,8 +21,8 @@ The estimate is signed (a cut can lower the loss to first order) and exact only 
 changes; `tests/integrations/test_hf_gradient_error.py` checks it against a full recompute.
 It is not a plan-search signal: on SmolLM2-135M (`experiments/scripts/signal_fidelity.py`,
 60 measured single-KV-head cuts at T = 2048) it ranks cuts by their measured loss rise with Spearman
-rho +0.08, its magnitude with +0.59, against +0.67 for the output signal (`hf.output_error`) and
-+0.63 for attention mass: cutting context is a large change, where the first-order term is
+rho +0.08, its magnitude with +0.59, against +0.67 for the output signal (`hf.search.output_error`)
+and +0.63 for attention mass: cutting context is a large change, where the first-order term is
 dominated by what it leaves out. It stays as the measurement behind that finding.
 """
 
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import torch
 
-from aah.integrations.hf.output_error import sampled_rows
+from aah.integrations.hf.search.output_error import sampled_rows
 from aah.validate import check_int
 
 
@@ -93,8 +93,8 @@ def measure_gradient_error(
     forward and one backward per batch, every head full, the model's weights untouched (no
     parameter gradient is kept)."""
     from aah.controller.allocate import check_candidates
-    from aah.integrations.hf.apply_plan import probing
-    from aah.integrations.hf.model_layout import layout
+    from aah.integrations.hf.run.apply_plan import probing
+    from aah.integrations.hf.run.model_layout import layout
 
     cands = check_candidates(candidates)
     if not batches:

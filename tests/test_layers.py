@@ -56,3 +56,39 @@ def test_benchmarks_use_only_the_flag_vocabulary_of_the_cli():
 def edges_from(package: str, edges: dict[str, set[str]]) -> set[str]:
     """Every module the modules of `package` import."""
     return set().union(*(t for src, t in edges.items() if package_of(src) == package))
+
+
+# Rooms inside a package, each with the rooms of the same package it may import.
+ROOMS: dict[str, dict[str, set[str]]] = {
+    # Running a plan inside transformers never needs the search; the search runs plans.
+    "aah.integrations.hf": {"run": set(), "search": {"run"}},
+}
+
+
+def room_of(module: str, package: str) -> str | None:
+    """The room of `package` that `module` lives in, or None when it lives outside them."""
+    rest = module.removeprefix(package + ".")
+    return rest.split(".")[0] if rest != module and "." in rest else None
+
+
+def room_violations(package: str, rooms: dict[str, set[str]]) -> list[str]:
+    edges = graph(lambda m: m)
+    found = []
+    for src, targets in edges.items():
+        here = room_of(src, package)
+        if here is None:
+            continue
+        for dst in targets:
+            there = room_of(dst, package)
+            if there is not None and there != here and there not in rooms[here]:
+                found.append(f"{src} -> {dst}")
+    return sorted(found)
+
+
+def test_rooms_import_one_way():
+    for package, rooms in ROOMS.items():
+        present = {room_of(m, package) for m in graph(lambda m: m)} - {None}
+        assert present == set(rooms), (package, present)
+        assert room_violations(package, rooms) == [], package
+        # The rule can fail: with the search side forbidden, the search's imports are found.
+        assert room_violations(package, {**rooms, "search": set()})

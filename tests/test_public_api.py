@@ -18,15 +18,17 @@ FLAT = {
     "ControllerConfig": "aah.controller",
 }  # fmt: skip
 HF = {
-    "load_model": "aah.integrations.hf.load", "search_plan": "aah.integrations.hf.search",
-    "apply": "aah.integrations.hf.apply_plan", "remove": "aah.integrations.hf.apply_plan",
-    "per_head_cache": "aah.integrations.hf.apply_plan", "WindowPlan": "aah.plan",
-    "calibration_mix": "aah.integrations.hf.calibration_mix",
-    "Signal": "aah.integrations.hf.signals", "Blend": "aah.integrations.hf.signals",
-    "Output": "aah.integrations.hf.signals", "SuffixLoss": "aah.integrations.hf.signals",
-    "register_signal": "aah.integrations.hf.signal_registry",
-    "signal_names": "aah.integrations.hf.signal_registry",
-    "make_signal": "aah.integrations.hf.signal_registry",
+    "load_model": "aah.integrations.hf.run.load",
+    "search_plan": "aah.integrations.hf.search.plan_search",
+    "apply": "aah.integrations.hf.run.apply_plan", "remove": "aah.integrations.hf.run.apply_plan",
+    "per_head_cache": "aah.integrations.hf.run.apply_plan", "WindowPlan": "aah.plan",
+    "calibration_mix": "aah.integrations.hf.search.calibration_mix",
+    "Signal": "aah.integrations.hf.search.signals", "Blend": "aah.integrations.hf.search.signals",
+    "Output": "aah.integrations.hf.search.signals",
+    "SuffixLoss": "aah.integrations.hf.search.signals",
+    "register_signal": "aah.integrations.hf.search.signal_registry",
+    "signal_names": "aah.integrations.hf.search.signal_registry",
+    "make_signal": "aah.integrations.hf.search.signal_registry",
 }  # fmt: skip
 
 

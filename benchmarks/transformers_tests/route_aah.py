@@ -16,8 +16,8 @@ def _route() -> None:
     from transformers.masking_utils import AttentionMaskInterface
     from transformers.modeling_utils import AttentionInterface
 
-    from aah.integrations.hf.attention import WINDOWS_ATTR, aah_attention_forward
-    from aah.integrations.hf.masks import aah_mask
+    from aah.integrations.hf.run.attention import WINDOWS_ATTR, aah_attention_forward
+    from aah.integrations.hf.run.masks import aah_mask
 
     def routed(module, *args, **kwargs):  # type: ignore[no-untyped-def]
         if not hasattr(module, WINDOWS_ATTR):

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from aah.integrations.hf.data import encode, prompt_prefix
+from aah.integrations.hf.run.data import encode, prompt_prefix
 
 #: what the searches measure on
 CALIB_PACKAGES = ("json", "email", "http")
@@ -53,9 +53,9 @@ def text_blocks(
     vocab_size: int | None = None,
 ) -> list[torch.Tensor]:
     """Blocks `skip .. skip + n - 1` of `seq_len` tokens of `text`, each (1, T): the
-    tokenizer's BOS where it adds one (`hf.data.prompt_prefix`), then the next T minus that
+    tokenizer's BOS where it adds one (`hf.run.data.prompt_prefix`), then the next T minus that
     many consecutive tokens of the text. UTF-8 bytes stand in for a missing tokenizer
-    (`hf.data.encode`)."""
+    (`hf.run.data.encode`)."""
     if seq_len < 2 or n < 1 or skip < 0:
         raise ValueError(f"need seq_len >= 2, n >= 1, skip >= 0; got {seq_len}, {n}, {skip}")
     ids = encode(text, tokenizer, vocab_size)

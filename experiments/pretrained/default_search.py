@@ -18,7 +18,7 @@ def default_plan(
     model: Any, out: Path, kv_fraction: float, seq_len: int, cells: Any, refine: bool = False
 ) -> Any:
     """The default search's `WindowPlan` for `model`, searched once (module docstring)."""
-    from aah.integrations.hf.search import search_plan
+    from aah.integrations.hf.search.plan_search import search_plan
     from aah.plan import WindowPlan
 
     path = Path(out) / "plans" / ("refined.json" if refine else "default.json")

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
-from aah.integrations.hf.calibration_mix import TOPICS_FILE, calibration_paths, stdlib_root
-from aah.integrations.hf.data import encode, prompt_prefix
-from aah.integrations.hf.text_blocks import (
+from aah.integrations.hf.run.data import encode, prompt_prefix
+from aah.integrations.hf.search.calibration_mix import TOPICS_FILE, calibration_paths, stdlib_root
+from aah.integrations.hf.search.text_blocks import (
     FILE_SEPARATOR,
     Block,
     TextFile,
@@ -194,8 +194,8 @@ def kind_blocks(
     vocab_size: int | None = None,
 ) -> list[Block]:
     """`per_kind` blocks of `seq_len` tokens of every named kind (kinds in the given order),
-    drawn across files and sources (`hf.text_blocks.draw_blocks`), each starting with the
-    tokenizer's BOS where it adds one (`hf.data.prompt_prefix`), as a user's prompt does."""
+    drawn across files and sources (`hf.search.text_blocks.draw_blocks`), each starting with the
+    tokenizer's BOS where it adds one (`hf.run.data.prompt_prefix`), as a user's prompt does."""
     out: list[Block] = []
     prefix = prompt_prefix(tokenizer)
     for name in check_kinds(names):

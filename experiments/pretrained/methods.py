@@ -8,18 +8,18 @@ counted as `PerHeadCache` holds them (`controller.allocate.Budget`, `attention.k
 - `uniform`: one window for every head, the widest that fits (StreamingLLM with the sinks;
   `controller.allocate.uniform_window`);
 - `output`, `mass`: greedy allocation per KV head (`controller.allocate.allocate`) on the
-  measured signal of the same name (`hf.measure.measure_signal`), summed per KV head;
+  measured signal of the same name (`hf.search.measure.measure_signal`), summed per KV head;
 - `output+retrieval`: the same greedy allocation on the output signal of running text plus
   the output signal at the answer rows of retrieval calibration prompts
-  (`hf.retrieval_calib`), each divided by its total at the smallest candidate so the two
-  weigh the same (`hf.measure.blended` on the per-query-head signals, as the committed
+  (`hf.search.retrieval_calib`), each divided by its total at the smallest candidate so the two
+  weigh the same (`hf.search.measure.blended` on the per-query-head signals, as the committed
   results were made; the search's `Blend` does the same per KV head);
 - `NAME-whole0` (NAME `output` or `output+retrieval`): NAME's allocation with the first
   layer's KV heads all at full attention, paid for out of the budget first
   (`allocate(..., whole_layers=(0,))`);
 - `suffix-loss`: the same greedy allocation on the measured loss rise of cutting each KV head
   alone to each candidate, over the last tokens of calibration blocks whose context stays at
-  full attention (`hf.suffix_loss`): the loss search, at about 1/8 of its cost;
+  full attention (`hf.search.suffix_loss`): the loss search, at about 1/8 of its cost;
 - `duo`: a DuoAttention-style split: each KV head either full or `recent` + sinks, chosen by
   the output signal restricted to those two windows (DuoAttention learns gates; this ranks the
   heads by the measured output change of streaming them); `duo-loss` the same split ranked
@@ -45,7 +45,7 @@ import torch
 
 from aah.controller.allocate import Budget, allocate, kv_head_costs, uniform_window
 from aah.controller.shuffle import shuffled
-from aah.integrations.hf.measure import blended
+from aah.integrations.hf.search.measure import blended
 from aah.plan import Plan
 
 SHUFFLED = "-shuffled"

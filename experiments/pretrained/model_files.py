@@ -21,7 +21,7 @@ def load_tokenizer(name: str) -> Any:
     """The tokenizer of a GGUF file, folder or hub name alone (no weights loaded)."""
     from transformers import AutoTokenizer
 
-    from aah.integrations.hf.load import resolve_source
+    from aah.integrations.hf.run.load import resolve_source
 
     source = resolve_source(name)
     extra = {} if source.gguf_file is None else {"gguf_file": source.gguf_file}

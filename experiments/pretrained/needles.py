@@ -8,7 +8,7 @@ forward decides (`needle_hit`). The code runs whatever attention the model has n
 is applied beforehand (`aah.integrations.hf.applied`), never here.
 
 Text is tokenised with `tokenizer.encode(text, add_special_tokens=False)`, or read as UTF-8
-bytes when there is no tokenizer (`aah.integrations.hf.data.encode`; a stand-in for tests and
+bytes when there is no tokenizer (`aah.integrations.hf.run.data.encode`; a stand-in for tests and
 random models that needs vocab_size >= 256).
 """
 
@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import torch
 
-from aah.integrations.hf.data import encode, prompt_prefix
+from aah.integrations.hf.run.data import encode, prompt_prefix
 from aah.report.plots import _pyplot
 
 #: the classic pass-key filler (Mohtashami & Jaggi, 2023); the leading space makes the tiled
@@ -92,7 +92,7 @@ def build_needles(
     """`per_cell` needles for every (length, depth), lengths outermost, kinds alternating
     (passkey first) within a cell.
 
-    The prompt is the tokenizer's BOS where it adds one (`hf.data.prompt_prefix`), then
+    The prompt is the tokenizer's BOS where it adds one (`hf.run.data.prompt_prefix`), then
     haystack[:off] + needle + haystack[off:] + question with off = round(depth * haystack
     tokens), the haystack being the filler tokenised once, tiled
     and cut so the prompt has exactly `length` tokens. Needle, question and answer are

@@ -18,7 +18,7 @@ from experiments.pretrained.cells import CellStore
 def candidates(seq_len: int, recent: int) -> list[int]:
     """T/32 .. T/2 (powers of two) with the 1.5x step between each two, duo's `recent`, and T:
     a budget between two powers of two can be spent without jumping a whole octave."""
-    from aah.integrations.hf.search import default_candidates
+    from aah.integrations.hf.search.plan_search import default_candidates
 
     powers = default_candidates(seq_len)
     return sorted({*powers, *(w * 3 // 2 for w in powers if w * 3 // 2 < seq_len), recent})
@@ -34,13 +34,13 @@ def measure_signals(
 ) -> dict[str, torch.Tensor]:
     """Each named calibration signal (L, Hq, n_windows), measured once and kept in the store:
     "mass" and "output" on the calibration blocks, "retrieval" the output signal at the answer
-    rows of retrieval prompts built on them (`hf.retrieval_calib`), "suffix-loss" the loss rise
-    over the last --loss-suffix tokens of the first --loss-blocks blocks (`hf.suffix_loss`),
-    split evenly over each KV head's query heads."""
+    rows of retrieval prompts built on them (`hf.search.retrieval_calib`), "suffix-loss" the loss
+    rise over the last --loss-suffix tokens of the first --loss-blocks blocks
+    (`hf.search.suffix_loss`), split evenly over each KV head's query heads."""
     from aah.integrations.hf import layout
-    from aah.integrations.hf.cut_loss import per_query_head
-    from aah.integrations.hf.measure import measure_retrieval, measure_signal
-    from aah.integrations.hf.suffix_loss import measure_suffix_loss_costs
+    from aah.integrations.hf.search.cut_loss import per_query_head
+    from aah.integrations.hf.search.measure import measure_retrieval, measure_signal
+    from aah.integrations.hf.search.suffix_loss import measure_suffix_loss_costs
 
     out = {}
     for name in names:
@@ -91,7 +91,7 @@ def all_plans(model, tokenizer, calib, args, store: CellStore) -> tuple[dict, di
     its own fraction, with `uniform` there to compare against)."""
     from aah.controller.allocate import Budget
     from aah.integrations.hf import layout
-    from aah.integrations.hf.model_layout import kv_shape
+    from aah.integrations.hf.run.model_layout import kv_shape
 
     lay, shape, t = layout(model), kv_shape(model), args.seq_len
     cands = candidates(t, args.recent)

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aah.integrations.hf.data import encode, prompt_prefix
+from aah.integrations.hf.run.data import encode, prompt_prefix
 from experiments.pretrained.needles import FILLER, Needle
 from experiments.pretrained.table import needle_change
 

@@ -30,7 +30,7 @@ import torch
 
 from aah.bench.timing import environment
 from aah.cli import flags
-from aah.integrations.hf.calibration_mix import calibration_blocks
+from aah.integrations.hf.search.calibration_mix import calibration_blocks
 from experiments.pretrained import corpus, kinds, methods, suite, table
 from experiments.pretrained.cells import CellStore
 from experiments.pretrained.model_files import INSTALL_MODEL, default_model  # noqa: F401
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     check_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from aah.integrations.hf.load import load_model
+    from aah.integrations.hf.run.load import load_model
 
     t0 = time.time()
     out = Path(args.out)

@@ -1,7 +1,7 @@
 """`python -m experiments.pretrained --kinds`: held-out loss on several kinds of text,
 calibrated on the shipped mix.
 
-The plans are searched on `hf.calibration_mix` (prose and Python source that no kind reads);
+The plans are searched on `hf.search.calibration_mix` (prose and Python source that no kind reads);
 each kind's blocks (`kinds.kind_blocks`) are scored under every plan, and each kind gets its
 own table, plus one pooled over the kinds. Intervals and tests are over files: a block's
 difference from `uniform` is averaged within its document first (`clusters`), and one Holm
@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from aah.integrations.hf.text_blocks import Block
+from aah.integrations.hf.search.text_blocks import Block
 from experiments.pretrained import kinds, table
 from experiments.pretrained.cells import CellStore
 

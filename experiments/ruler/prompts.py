@@ -1,6 +1,6 @@
 """A RULER prompt as the token ids a model reads: raw (RULER's "base" template) or chat.
 
-- `raw`: the tokenizer's BOS where it adds one (`hf.data.prompt_prefix`), then the task text
+- `raw`: the tokenizer's BOS where it adds one (`hf.run.data.prompt_prefix`), then the task text
   and its answer prefix as one string: what RULER sends a base model, and what a user's prompt
   reads as. The default, and the one for a base model (Gemma 3 270M here has no chat template).
 - `chat`: the task text as the user turn of the tokenizer's own chat template (its default
@@ -30,8 +30,8 @@ class PromptFormat:
     _prefix: list[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        from aah.integrations.hf.chat_template import has_chat_template
-        from aah.integrations.hf.data import prompt_prefix
+        from aah.integrations.hf.run.chat_template import has_chat_template
+        from aah.integrations.hf.run.data import prompt_prefix
 
         if self.template not in TEMPLATES:
             raise ValueError(f"unknown --template {self.template!r}; known: {', '.join(TEMPLATES)}")
@@ -44,9 +44,9 @@ class PromptFormat:
 
     def ids(self, body: str, answer_prefix: str) -> list[int]:
         """The ids the model reads for the task text `body` and its `answer_prefix`."""
-        from aah.integrations.hf.chat_template import encode as encode_template
-        from aah.integrations.hf.chat_template import messages, render
-        from aah.integrations.hf.data import encode
+        from aah.integrations.hf.run.chat_template import encode as encode_template
+        from aah.integrations.hf.run.chat_template import messages, render
+        from aah.integrations.hf.run.data import encode
 
         if self.template == "chat":
             turn = render(self.tokenizer, messages(body), add_generation_prompt=True)
@@ -62,6 +62,6 @@ class PromptFormat:
         prompt cut where the question starts (a token merging across the cut stays with the
         question). A KV press compresses those and leaves the rest, as kvpress's pipeline
         splits a context from its question."""
-        from aah.integrations.hf.chat_template import shared_prefix
+        from aah.integrations.hf.run.chat_template import shared_prefix
 
         return shared_prefix([ids, self.ids(body[:question_start], "")])

@@ -80,7 +80,7 @@ def summarize(samples: list[Any], cells: Any, methods: list[str]) -> dict[str, A
 def kv_shares(plans: dict[str, Any], model: Any, seq_len: int) -> dict[str, float]:
     """Each plan's KV bytes at seq_len as a share of the model's full cache (full: 1)."""
     from aah.attention.kv_bytes import full_kv_bytes, plan_kv_bytes
-    from aah.integrations.hf.model_layout import kv_shape
+    from aah.integrations.hf.run.model_layout import kv_shape
 
     shape = kv_shape(model)
     full = full_kv_bytes(shape, seq_len)

@@ -73,8 +73,8 @@ def parse_methods(text: str) -> list[str]:
 
 def method_plan(name: str, model: Any, args: argparse.Namespace, cells: Any) -> Any:
     """The plan of method `name` (None for full attention)."""
-    from aah.integrations.hf.plan_candidates import uniform_plan
-    from aah.integrations.hf.search import search_budget
+    from aah.integrations.hf.search.plan_candidates import uniform_plan
+    from aah.integrations.hf.search.plan_search import search_budget
     from aah.plan import WindowPlan
 
     if name == "full":
@@ -140,8 +140,8 @@ def answer(
     bytes."""
     import torch
 
-    from aah.cli.hf_stream import cache_argument, decoder, pad_id
-    from aah.integrations.hf.apply_plan import applied, per_head_cache
+    from aah.cli.hf.stream import cache_argument, decoder, pad_id
+    from aah.integrations.hf.run.apply_plan import applied, per_head_cache
     from experiments.ruler.scoring import score
 
     ids = torch.tensor([sample.input_ids], dtype=torch.long)
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Make or read the samples, answer every missing cell, write the report; its results."""
     import torch
 
-    from aah.integrations.hf.load import load_model, load_tokenizer
+    from aah.integrations.hf.run.load import load_model, load_tokenizer
     from experiments.pretrained.cells import CellStore
     from experiments.pretrained.model_files import default_model
     from experiments.ruler.prompts import PromptFormat

@@ -63,8 +63,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def window_plans(model: Any, t: int, fraction: float) -> dict[str, Any]:
-    from aah.integrations.hf.plan_candidates import uniform_plan
-    from aah.integrations.hf.search import search_budget
+    from aah.integrations.hf.search.plan_candidates import uniform_plan
+    from aah.integrations.hf.search.plan_search import search_budget
 
     name = type(model).__name__
     return {
@@ -76,8 +76,8 @@ def window_plans(model: Any, t: int, fraction: float) -> dict[str, Any]:
 def score(args: argparse.Namespace) -> None:
     import torch
 
-    from aah.integrations.hf.apply_plan import applied
-    from aah.integrations.hf.load import load_model
+    from aah.integrations.hf.run.apply_plan import applied
+    from aah.integrations.hf.run.load import load_model
     from experiments.pretrained.corpus import block_loss
     from experiments.pretrained.default_search import default_plan
     from experiments.pretrained.kinds import kind_blocks

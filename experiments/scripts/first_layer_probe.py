@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     from aah.controller.allocate import Budget
     from aah.integrations.hf import applied, layout
-    from aah.integrations.hf.load import load_model
-    from aah.integrations.hf.model_layout import kv_shape
+    from aah.integrations.hf.run.load import load_model
+    from aah.integrations.hf.run.model_layout import kv_shape
     from experiments.pretrained import methods, retrieval_grid
     from experiments.pretrained.cells import CellStore
     from experiments.pretrained.model_files import default_model

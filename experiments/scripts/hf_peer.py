@@ -10,7 +10,8 @@ of the prompt, `f x L x H_kv x P x D x 2 x 4` bytes per sequence.
 
 Methods here (project environment):
 - `full`: DynamicCache with sdpa, no compression.
-- `searched`: `hf.search.search_plan(kv_budget=f x full, sinks=4, signal="mass")` on calibration
+- `searched`: `hf.search.plan_search.search_plan(kv_budget=f x full, sinks=4, signal="mass")` on
+calibration
   windows of another seed (T=P), served by `PerHeadCache` (`hf.apply` + `hf.per_head_cache`).
 - `loss-searched`: the same search on the loss signal (`search_plan(signal="loss")`: the
   calibration loss rise of cutting each KV head alone to each candidate, measured once per
@@ -167,10 +168,10 @@ def eval_model(args: argparse.Namespace) -> None:
     from aah.attention.kv_bytes import full_kv_bytes
     from aah.controller.allocate import Budget
     from aah.integrations import hf
-    from aah.integrations.hf.cut_loss import measure_loss_costs
-    from aah.integrations.hf.model_layout import kv_shape
-    from aah.integrations.hf.plan_allocation import plan_from_costs
-    from aah.integrations.hf.search import calibration_batches, search_plan
+    from aah.integrations.hf.run.model_layout import kv_shape
+    from aah.integrations.hf.search.cut_loss import measure_loss_costs
+    from aah.integrations.hf.search.plan_allocation import plan_from_costs
+    from aah.integrations.hf.search.plan_search import calibration_batches, search_plan
 
     torch.set_num_threads(args.threads)
     model = LlamaForCausalLM.from_pretrained(args.model).eval()

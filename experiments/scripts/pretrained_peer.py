@@ -70,9 +70,9 @@ def ids_digest(blocks: torch.Tensor) -> str:
 def windows(args: argparse.Namespace) -> None:
     from aah.controller.allocate import Budget
     from aah.integrations.hf import applied, layout
-    from aah.integrations.hf.load import load_model
-    from aah.integrations.hf.measure import blended, measure_retrieval, measure_signal
-    from aah.integrations.hf.model_layout import kv_shape
+    from aah.integrations.hf.run.load import load_model
+    from aah.integrations.hf.run.model_layout import kv_shape
+    from aah.integrations.hf.search.measure import blended, measure_retrieval, measure_signal
     from experiments.pretrained import corpus, methods
     from experiments.pretrained.model_files import default_model
     from experiments.pretrained.planning import candidates
@@ -144,7 +144,7 @@ def kind_blocks(
     """Calibration blocks of P tokens from the shipped mix, held-out blocks of T tokens of each
     kind drawn as the suite draws them (same seed: the same first blocks), and each held-out
     block's provenance."""
-    from aah.integrations.hf.calibration_mix import calibration_blocks
+    from aah.integrations.hf.search.calibration_mix import calibration_blocks
     from experiments.pretrained import kinds, suite
 
     mix = calibration_blocks(tokenizer, seq_len=args.prompt, n_blocks=args.calib_blocks,

@@ -64,8 +64,8 @@ def export(args: argparse.Namespace) -> None:
     share."""
     from aah.controller.allocate import Budget
     from aah.integrations.hf import layout
-    from aah.integrations.hf.load import load_model
-    from aah.integrations.hf.model_layout import kv_shape
+    from aah.integrations.hf.run.load import load_model
+    from aah.integrations.hf.run.model_layout import kv_shape
     from experiments.pretrained import methods, needles, retrieval_grid
     from experiments.pretrained.run import default_model
 

@@ -27,7 +27,7 @@ from pathlib import Path, PurePath
 
 import torch
 
-from aah.integrations.hf.calibration_mix import stdlib_root
+from aah.integrations.hf.search.calibration_mix import stdlib_root
 from experiments.pretrained import corpus
 from experiments.pretrained.kinds import is_test_path
 from experiments.pretrained.model_files import default_model, load_tokenizer

@@ -177,7 +177,7 @@ def load(name: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from aah.integrations.hf.load import resolve_source
+    from aah.integrations.hf.run.load import resolve_source
 
     source = resolve_source(name)
     extra = {} if source.gguf_file is None else {"gguf_file": source.gguf_file}
@@ -291,7 +291,7 @@ def run(args: argparse.Namespace) -> None:
     """Answer every missing cell of the chosen samples and presses."""
     import torch
 
-    from aah.cli.hf_stream import decoder
+    from aah.cli.hf.stream import decoder
     from experiments.pretrained.cells import CellStore
 
     presses = parse_presses(args.presses)

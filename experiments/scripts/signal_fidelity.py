@@ -10,11 +10,11 @@ window) cut: attention mass beyond the window (`mass`), the squared change of th
 residual-stream output (`output`), and the first-order loss estimate from one backward pass
 (`gradient`, `experiments.gradient_error`); and for the sampled cuts only, the loss rise over
 the last S tokens of each block with the context before them frozen (`suffix-loss-S`,
-`hf.suffix_loss`, one value per `--suffixes` S). A seeded random sample of cuts is then measured for
-real: the rise of the mean loss over the same blocks with that KV head alone cut to that window (and
-the sinks), every other head full (`hf.cut_loss.loss_increase`). The table gives each signal's
-Spearman rank correlation with the measured rises over the sampled cuts, with a percentile bootstrap
-interval over cuts; the plot shows each signal against the measured rise.
+`hf.search.suffix_loss`, one value per `--suffixes` S). A seeded random sample of cuts is then
+measured for real: the rise of the mean loss over the same blocks with that KV head alone cut to
+that window (and the sinks), every other head full (`hf.search.cut_loss.loss_increase`). The table
+gives each signal's Spearman rank correlation with the measured rises over the sampled cuts, with a
+percentile bootstrap interval over cuts; the plot shows each signal against the measured rise.
 
 The mass and output signals are per query head; a KV head's value is the sum over its query
 heads, as the plan search allocates.
@@ -106,12 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     if any(not 2 <= s < args.seq_len for s in suffixes):
         raise SystemExit(f"--suffixes must lie in 2..{args.seq_len - 1}, got {suffixes}")
 
-    from aah.integrations.hf.cut_loss import loss_increase
-    from aah.integrations.hf.load import load_model
-    from aah.integrations.hf.measure import measure_signal
-    from aah.integrations.hf.model_layout import layout
-    from aah.integrations.hf.search import default_candidates
-    from aah.integrations.hf.suffix_loss import suffix_loss_increase
+    from aah.integrations.hf.run.load import load_model
+    from aah.integrations.hf.run.model_layout import layout
+    from aah.integrations.hf.search.cut_loss import loss_increase
+    from aah.integrations.hf.search.measure import measure_signal
+    from aah.integrations.hf.search.plan_search import default_candidates
+    from aah.integrations.hf.search.suffix_loss import suffix_loss_increase
     from experiments.gradient_error import measure_gradient_error
     from experiments.pretrained import corpus
     from experiments.pretrained.run import default_model

@@ -48,8 +48,8 @@ def test_the_study_scores_each_plan_and_resumes(tmp_path, monkeypatch) -> None:
     means = [sum(v) / len(v) for v in by_doc.values()]
     assert pooled["diff"] == pytest.approx(sum(means) / len(means))
     # a cell is the plain loss of its block under its plan
-    from aah.integrations.hf.apply_plan import applied
-    from aah.integrations.hf.load import load_model
+    from aah.integrations.hf.run.apply_plan import applied
+    from aah.integrations.hf.run.load import load_model
     from experiments.pretrained.kinds import kind_blocks
 
     model, tok = load_model(str(folder))
@@ -60,7 +60,8 @@ def test_the_study_scores_each_plan_and_resumes(tmp_path, monkeypatch) -> None:
     want = float(torch.nn.functional.cross_entropy(logits, ids[0, 1:]))
     assert values["uniform-s4/0"] == pytest.approx(want, rel=1e-5)
     monkeypatch.setattr(
-        "aah.integrations.hf.search.search_plan", lambda *a, **k: pytest.fail("searched again")
+        "aah.integrations.hf.search.plan_search.search_plan",
+        lambda *a, **k: pytest.fail("searched again"),
     )
     calls = []
     monkeypatch.setattr("experiments.pretrained.corpus.block_loss", lambda *a: calls.append(a))
@@ -76,7 +77,7 @@ def test_the_report_again_and_the_readme_rows_say_what_the_cells_say(tmp_path, m
     assert run(folder, out) == 0
     table, results = (out / "table.md").read_text(), (out / "results.json").read_text()
     (out / "table.md").unlink()
-    monkeypatch.setattr("aah.integrations.hf.load.load_model", lambda *a: pytest.fail("loaded"))
+    monkeypatch.setattr("aah.integrations.hf.run.load.load_model", lambda *a: pytest.fail("loaded"))
     assert study.main([*study_args(folder, out), "--report-only"]) == 0
     assert (out / "table.md").read_text() == table
     assert (out / "results.json").read_text() == results

@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 from hf_models import SEARCH_CANDIDATES, SEARCH_SINKS, SEARCH_T, search_ids, tiny_model
 
 from aah.integrations.hf import applied
-from aah.integrations.hf.cut_loss import cut_plan
+from aah.integrations.hf.search.cut_loss import cut_plan
 from experiments.gradient_error import measure_gradient_error
 
 

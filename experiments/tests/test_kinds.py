@@ -10,7 +10,7 @@ from pathlib import Path, PurePath
 
 import pytest
 
-from aah.integrations.hf.calibration_mix import (
+from aah.integrations.hf.search.calibration_mix import (
     MODULES,
     calibration_blocks,
     calibration_files,
@@ -18,7 +18,7 @@ from aah.integrations.hf.calibration_mix import (
     calibration_paths,
     stdlib_root,
 )
-from aah.integrations.hf.text_blocks import (
+from aah.integrations.hf.search.text_blocks import (
     FILE_SEPARATOR,
     TextFile,
     block_order,

@@ -9,7 +9,7 @@ import pytest
 import torch
 from hf_models import VOCAB, tiny_model
 
-from aah.integrations.hf.retrieval_calib import retrieval_prompts
+from aah.integrations.hf.search.retrieval_calib import retrieval_prompts
 from experiments.pretrained.needles import (
     CITIES,
     FILLER,

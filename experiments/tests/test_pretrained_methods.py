@@ -12,7 +12,7 @@ import torch
 
 from aah.attention.kv_bytes import KVShape, plan_kv_bytes
 from aah.controller.allocate import Budget
-from aah.integrations.hf.measure import blended
+from aah.integrations.hf.search.measure import blended
 from aah.report.stats import estimate
 from experiments.pretrained import methods, table
 from experiments.pretrained.cells import CellStore

@@ -108,8 +108,8 @@ def test_other_held_out_packages_are_the_blocks_measured(model_dir, tmp_path) ->
 def test_output_plus_retrieval_measures_at_the_answer_rows_and_a_new_needle_seed_is_a_new_grid(
     model_dir, tmp_path
 ) -> None:
-    from aah.integrations.hf.measure import measure_signal
-    from aah.integrations.hf.retrieval_calib import retrieval_prompts
+    from aah.integrations.hf.search.measure import measure_signal
+    from aah.integrations.hf.search.retrieval_calib import retrieval_prompts
     from experiments.pretrained.planning import candidates
 
     out, t = tmp_path / "out", 128

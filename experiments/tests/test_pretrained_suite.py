@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 from hf_models import tiny_model
 
 from aah.integrations.hf import applied
-from aah.integrations.hf.calibration_mix import calibration_blocks
+from aah.integrations.hf.search.calibration_mix import calibration_blocks
 from aah.report.comparisons import holm
 from experiments.pretrained import kinds
 from experiments.pretrained.clusters import clustered_estimate

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from aah.integrations.hf.data import encode
+from aah.integrations.hf.run.data import encode
 from experiments.pretrained.needles import FILLER
 from experiments.pretrained.retrieval_grid import (
     FILLERS,

@@ -26,7 +26,7 @@ Position = Literal["rope", "learned", "none", ScoreBiasPosition]
 
 Norm = Literal["layernorm", "rmsnorm"]
 
-#: what a Hugging Face plan search allocates on (aah.integrations.hf.search).
+#: what a Hugging Face plan search allocates on (aah.integrations.hf.search.plan_search).
 SearchSignal = Literal["output", "mass", "output+retrieval", "retrieval", "loss", "suffix-loss"]
 
 #: the engines of `aah.attention.windowed_attention` (implemented in attention/registry.py).

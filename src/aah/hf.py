@@ -19,18 +19,18 @@ logic of its own. Importing it imports torch, and transformers only when a funct
 
 from __future__ import annotations
 
-from aah.integrations.hf.apply_plan import (
+from aah.integrations.hf.run.apply_plan import (
     apply,
     current_plan,
     current_sinks,
     per_head_cache,
     remove,
 )
-from aah.integrations.hf.calibration_mix import calibration_mix
-from aah.integrations.hf.load import load_model
-from aah.integrations.hf.search import search_plan
-from aah.integrations.hf.signal_registry import make_signal, register_signal, signal_names
-from aah.integrations.hf.signals import (
+from aah.integrations.hf.run.load import load_model
+from aah.integrations.hf.search.calibration_mix import calibration_mix
+from aah.integrations.hf.search.plan_search import search_plan
+from aah.integrations.hf.search.signal_registry import make_signal, register_signal, signal_names
+from aah.integrations.hf.search.signals import (
     Blend,
     Loss,
     Mass,

@@ -131,7 +131,7 @@ def test_biased_masks_match_loop(windows, seq_len, monkeypatch) -> None:  # type
 
 
 def test_hf_causal_pattern_matches_loop() -> None:
-    from aah.integrations.hf.padding import causal_pattern
+    from aah.integrations.hf.run.padding import causal_pattern
 
     q_len, k_len = 5, 11
     for sliding in (None, 1, 3, 20):
@@ -146,7 +146,7 @@ def test_hf_masked_attention_uses_the_rule() -> None:
     # Queries over more keys (a cache) with left padding of 2 in row 1, given as the mask
     # transformers builds: compare with the oracle over each row's real positions.
     from aah.attention.reference import reference_attention
-    from aah.integrations.hf.masks import causal, keep_by_rank, masked_attention
+    from aah.integrations.hf.run.masks import causal, keep_by_rank, masked_attention
 
     windows, sinks, k_len = [2, 4], [1, 0], 9
     q, k, v = (torch.randn(2, 2, k_len, 8, dtype=torch.float64) for _ in range(3))

@@ -117,12 +117,12 @@ def test_resuming_with_fewer_steps_changes_nothing(tmp_path, tiny_corpus, capsys
 
 
 def test_plan_search_checks_its_paths_before_loading(tmp_path, capsys, monkeypatch):
-    from aah.cli import hf_plan
+    from aah.cli.hf import plan_args
 
     def never(*args, **kwargs):
         raise AssertionError("the search ran")
 
-    monkeypatch.setattr(hf_plan, "run_plan_search", never)
+    monkeypatch.setattr(plan_args, "run_plan_search", never)
     text = tmp_path / "calib.txt"
     text.write_text("calibration text " * 20)
     model = tmp_path / "model"

@@ -15,7 +15,7 @@ from aah.attention import coverage
 from aah.attention.kv_bytes import KVShape, full_kv_bytes, plan_kv_bytes
 from aah.controller.allocate import Budget, allocate, kv_head_costs, uniform_window
 from aah.controller.budget import allocate_budget
-from aah.integrations.hf.plan_allocation import plan_from_costs, plan_from_mass
+from aah.integrations.hf.search.plan_allocation import plan_from_costs, plan_from_mass
 from aah.plan import WindowPlan
 from aah.posthoc.plans import budgeted_plan
 from aah.posthoc.plans import uniform_window as posthoc_uniform

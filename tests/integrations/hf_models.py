@@ -161,7 +161,7 @@ def run_cli_search(tmp_path: Path, *flags: str) -> tuple[Path, Path, Path]:
     the test checks next."""
     import argparse
 
-    from aah.cli import hf_plan
+    from aah.cli.hf import plan_args
 
     model_dir = tmp_path / "model"
     tiny_model("llama").save_pretrained(model_dir)
@@ -169,7 +169,7 @@ def run_cli_search(tmp_path: Path, *flags: str) -> tuple[Path, Path, Path]:
     text.write_text("def f(x):\n    return x * 2  # doubles\n" * 12)
     out = tmp_path / "plan.json"
     parser = argparse.ArgumentParser()
-    hf_plan.add_plan_search_arguments(parser)
+    plan_args.add_plan_search_arguments(parser)
     argv = [str(model_dir), "--text", str(text), "--out", str(out), "--seq-len", "32"]
-    assert hf_plan.run_plan_search(parser.parse_args([*argv, "--max-batches", "2", *flags])) == 0
+    assert plan_args.run_plan_search(parser.parse_args([*argv, "--max-batches", "2", *flags])) == 0
     return model_dir, text, out

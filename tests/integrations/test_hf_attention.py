@@ -8,7 +8,7 @@ import transformers
 from hf_models import VOCAB, tiny_model
 
 from aah.integrations import hf
-from aah.integrations.hf import model_layout
+from aah.integrations.hf.run import model_layout
 
 T = 40
 REF_NAME = "aah_test_reference"

@@ -1,5 +1,5 @@
 """Text is scored and calibrated as a user's prompt is read: the tokenizer's BOS first, where it
-adds one (`hf.data.prompt_prefix`), in the user's text blocks, the shipped mix, the retrieval
+adds one (`hf.run.data.prompt_prefix`), in the user's text blocks, the shipped mix, the retrieval
 prompts and the studies' evaluation blocks."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ pytest.importorskip("transformers")
 
 from hf_tokenized import TEXT, tiny_tokenizer
 
-from aah.integrations.hf.calibration_mix import calibration_mix
-from aah.integrations.hf.data import prompt_prefix, token_batches
-from aah.integrations.hf.retrieval_calib import retrieval_prompts
-from aah.integrations.hf.text_blocks import TextFile, build_documents, draw_blocks
+from aah.integrations.hf.run.data import prompt_prefix, token_batches
+from aah.integrations.hf.search.calibration_mix import calibration_mix
+from aah.integrations.hf.search.retrieval_calib import retrieval_prompts
+from aah.integrations.hf.search.text_blocks import TextFile, build_documents, draw_blocks
 
 
 def bos_tokenizer():  # type: ignore[no-untyped-def]

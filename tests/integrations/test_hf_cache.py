@@ -12,7 +12,7 @@ from aah.integrations import hf
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("transformers.cache_utils", reason="needs layered caches")
-from aah.integrations.hf.cache import PerHeadCache  # noqa: E402
+from aah.integrations.hf.run.cache import PerHeadCache  # noqa: E402
 
 PLAN = [[4, 6, 128, 3], [5, 2, 8, 8]]
 SINKS = [[2, 2, 0, 1], [1, 0, 3, 3]]
@@ -69,7 +69,7 @@ def test_a_sliding_layer_holds_sinks_only_where_the_plan_cuts_below_its_window()
     # Gemma 3's tiny config: layer 0 slides at 16, layer 1 sees everything. KV heads pair query
     # heads (0, 1) and (2, 3): on layer 0, the pair at 32 >= 16 holds its 16 keys and no sinks.
     from aah.attention.kv_bytes import full_kv_bytes, plan_kv_bytes
-    from aah.integrations.hf.model_layout import kv_shape
+    from aah.integrations.hf.run.model_layout import kv_shape
 
     model = tiny_model("gemma3_text")
     plan, sinks = [[32, 32, 4, 4], [6, 6, 40, 40]], 2

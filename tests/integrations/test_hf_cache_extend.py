@@ -9,11 +9,11 @@ import pytest
 import torch
 from hf_models import VOCAB, tiny_model
 
-from aah.cli.hf_stream import cache_argument as cache_kwargs
+from aah.cli.hf.stream import cache_argument as cache_kwargs
 from aah.integrations import hf
 
 pytest.importorskip("transformers.cache_utils", reason="needs layered caches")
-from aah.integrations.hf.cache import PerHeadCache
+from aah.integrations.hf.run.cache import PerHeadCache
 
 PLAN = [[4, 6, 128, 3], [5, 2, 8, 8]]
 SINKS = [[2, 2, 0, 1], [1, 0, 3, 3]]

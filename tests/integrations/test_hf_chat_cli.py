@@ -30,7 +30,7 @@ from hf_tokenized import TEXT, chat_text, save_chat_llama
 
 from aah.cli import main
 from aah.integrations import hf
-from aah.integrations.hf.load import load_model
+from aah.integrations.hf.run.load import load_model
 from aah.plan import WindowPlan
 
 NEW = 8
@@ -193,7 +193,7 @@ def test_blank_lines_are_skipped_and_exit_ends_the_chat(chat, capsys, monkeypatc
 
 def test_chat_status_counts_the_bytes_of_both_caches(chat, capsys, monkeypatch):
     from aah.attention.kv_bytes import full_kv_bytes
-    from aah.integrations.hf.model_layout import kv_shape
+    from aah.integrations.hf.run.model_layout import kv_shape
 
     _, err = run(capsys, monkeypatch, chat_command(chat), stdin="hello\n")
     found = re.search(r"KV ([\d.]+) MB held after (\d+) positions, DynamicCache would hold "

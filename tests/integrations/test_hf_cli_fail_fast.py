@@ -52,7 +52,7 @@ def never_loads(monkeypatch):  # type: ignore[no-untyped-def]
     def load_model(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise AssertionError("the model was loaded before a check that needs no model")
 
-    monkeypatch.setattr("aah.integrations.hf.load.load_model", load_model)
+    monkeypatch.setattr("aah.integrations.hf.run.load.load_model", load_model)
 
 
 def refused(argv: list[str], capsys, out: Path, *named: str) -> str:  # type: ignore[no-untyped-def]
@@ -177,8 +177,8 @@ def test_generate_a_model_without_a_plan_says_to_give_one(files, out, capsys, ne
 @pytest.fixture
 def no_preview(monkeypatch):  # type: ignore[no-untyped-def]
     """As for a hub name: nothing local to read, every model check waits for the model."""
-    monkeypatch.setattr("aah.cli.hf_plan_run.preview_limits", lambda name: None)
-    monkeypatch.setattr("aah.cli.hf_session.preview_limits", lambda name: None)
+    monkeypatch.setattr("aah.cli.hf.plan_run.preview_limits", lambda name: None)
+    monkeypatch.setattr("aah.cli.hf.session.preview_limits", lambda name: None)
 
 
 @pytest.fixture
@@ -186,9 +186,9 @@ def no_forward(monkeypatch):  # type: ignore[no-untyped-def]
     def forbidden(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise AssertionError("a forward pass ran before the check")
 
-    monkeypatch.setattr("aah.integrations.hf.search.search_plan", forbidden)
-    monkeypatch.setattr("aah.integrations.hf.measure.measure_signal", forbidden)
-    monkeypatch.setattr("aah.integrations.hf.sweep.perplexity", forbidden)
+    monkeypatch.setattr("aah.integrations.hf.search.plan_search.search_plan", forbidden)
+    monkeypatch.setattr("aah.integrations.hf.search.measure.measure_signal", forbidden)
+    monkeypatch.setattr("aah.integrations.hf.search.sweep.perplexity", forbidden)
 
 
 LOADED_PROBES = [

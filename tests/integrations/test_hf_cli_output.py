@@ -14,9 +14,9 @@ from choice_rule import expected_choice
 from hf_tokenized import TEXT, save_tokenized_llama
 
 from aah.cli import main
-from aah.cli.hf_plan_run import MEANINGS
-from aah.integrations.hf.load import load_model
-from aah.integrations.hf.search import search_plan
+from aah.cli.hf.plan_run import MEANINGS
+from aah.integrations.hf.run.load import load_model
+from aah.integrations.hf.search.plan_search import search_plan
 from aah.plan import WindowPlan
 
 
@@ -121,7 +121,7 @@ def test_the_search_chooses_end_to_end_and_says_so(inputs, tmp_path, capsys):
 def test_the_command_line_says_when_one_window_is_kept_by_the_margin(
     inputs, tmp_path, capsys, monkeypatch
 ):
-    import aah.integrations.hf.search_choice as search_choice
+    import aah.integrations.hf.search.search_choice as search_choice
 
     monkeypatch.setattr(search_choice, "CHOICE_MARGIN", 0.999)  # no plan leads by that much
     capsys.readouterr()

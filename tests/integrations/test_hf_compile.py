@@ -16,7 +16,7 @@ import torch
 from hf_models import VOCAB, tiny_model
 
 from aah.integrations import hf
-from aah.integrations.hf.cache import PerHeadCache
+from aah.integrations.hf.run.cache import PerHeadCache
 from aah.model.cache import KVCache
 
 transformers = pytest.importorskip("transformers")

@@ -1,5 +1,5 @@
-"""The ids each chat turn adds (`hf.conversation`) and the prompts `aah generate` runs
-(`hf.chat_template`, `cli.hf_prompt`), against the template's text written out by hand."""
+"""The ids each chat turn adds (`hf.run.conversation`) and the prompts `aah generate` runs
+(`hf.run.chat_template`, `cli.hf.prompt`), against the template's text written out by hand."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ pytest.importorskip("transformers")
 
 from hf_tokenized import CHAT_TEMPLATE, chat_text, tiny_tokenizer
 
-from aah.cli.hf_prompt import PromptEncoder
-from aah.integrations.hf.chat_template import shared_prefix, user_turn_ids
-from aah.integrations.hf.conversation import Conversation
+from aah.cli.hf.prompt import PromptEncoder
+from aah.integrations.hf.run.chat_template import shared_prefix, user_turn_ids
+from aah.integrations.hf.run.conversation import Conversation
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ pytest.importorskip("transformers")
 
 from hf_models import tiny_model
 
-from aah.integrations.hf.calibration_mix import calibration_mix
-from aah.integrations.hf.search import search_plan
+from aah.integrations.hf.search.calibration_mix import calibration_mix
+from aah.integrations.hf.search.plan_search import search_plan
 
 T = 32
 OPTIONS = {"seq_len": T, "candidates": [4, 8, 16, 32], "sinks": 1}

@@ -18,9 +18,9 @@ from hf_models import tiny_model, write_gguf
 from hf_tokenized import save_tokenized_llama
 
 from aah.cli import main
-from aah.cli.hf_generate import cache_argument
+from aah.cli.hf.generate import cache_argument
 from aah.integrations import hf
-from aah.integrations.hf.load import load_model
+from aah.integrations.hf.run.load import load_model
 from aah.plan import WindowPlan
 
 PROMPT = "def f(x):\n    return"

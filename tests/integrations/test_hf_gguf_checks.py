@@ -16,9 +16,9 @@ pytest.importorskip("accelerate")
 
 from hf_models import FAMILIES, tiny_model, write_gguf
 
-from aah.integrations.hf.gguf_file import read_gguf_header
-from aah.integrations.hf.load import load_model
-from aah.integrations.hf.model_preview import preview_model
+from aah.integrations.hf.run.gguf_file import read_gguf_header
+from aah.integrations.hf.run.load import load_model
+from aah.integrations.hf.run.model_preview import preview_model
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_load_model_refuses_a_damaged_file_naming_it(gguf_bytes, tmp_path, kind)
 
 
 def test_the_preview_is_the_loaded_model(gguf_bytes, tmp_path):
-    from aah.cli.hf_checks import model_limits, preview_limits
+    from aah.cli.hf.checks import model_limits, preview_limits
 
     path = cut(tmp_path, gguf_bytes, len(gguf_bytes))
     model, tokenizer = load_model(str(path), "cpu")
@@ -126,7 +126,7 @@ def test_a_truncated_copy_of_a_real_gguf_file(tmp_path):
 )
 def test_the_preview_of_a_folder_is_the_loaded_model(tmp_path, family, overrides):
     """Each layer's own sliding window included: Gemma 3 and Qwen slide on some layers only."""
-    from aah.cli.hf_checks import model_limits, preview_limits
+    from aah.cli.hf.checks import model_limits, preview_limits
 
     tiny_model(family, seed=5, **overrides).save_pretrained(tmp_path)
     loaded = load_model(str(tmp_path), "cpu")[0]
@@ -142,6 +142,6 @@ def test_a_gemma3_config_without_layer_types_slides_by_its_pattern(tmp_path):
     del config["layer_types"]
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert preview_model(str(tmp_path)).sliding_windows == (16, None, 16, None)
-    from aah.integrations.hf.model_layout import sliding_windows
+    from aah.integrations.hf.run.model_layout import sliding_windows
 
     assert sliding_windows(load_model(str(tmp_path), "cpu")[0]) == [16, None, 16, None]

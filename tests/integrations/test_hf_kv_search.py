@@ -19,14 +19,14 @@ from hf_models import (
 
 from aah.attention import coverage
 from aah.attention.kv_bytes import full_kv_bytes, plan_kv_bytes
-from aah.cli import hf_plan
-from aah.cli.plan_checks import check_budget_flags
+from aah.cli.hf import plan_args
+from aah.cli.hf.plan_checks import check_budget_flags
 from aah.controller.mass import mass_beyond
 from aah.integrations import hf
-from aah.integrations.hf.measure import measure_mass
-from aah.integrations.hf.model_layout import kv_shape
-from aah.integrations.hf.plan_allocation import plan_from_mass
-from aah.integrations.hf.sink_mass import mass_beyond_given_sinks
+from aah.integrations.hf.run.model_layout import kv_shape
+from aah.integrations.hf.search.measure import measure_mass
+from aah.integrations.hf.search.plan_allocation import plan_from_mass
+from aah.integrations.hf.search.sink_mass import mass_beyond_given_sinks
 from aah.plan import WindowPlan
 
 T, CANDIDATES, SINKS = SEARCH_T, SEARCH_CANDIDATES, SEARCH_SINKS
@@ -114,7 +114,7 @@ def test_kv_plan_never_exceeds_the_byte_budget(measured, family: str, fraction: 
 
 
 def test_byte_formula_is_what_the_per_head_cache_holds(measured) -> None:
-    from aah.integrations.hf.cache import PerHeadCache
+    from aah.integrations.hf.run.cache import PerHeadCache
 
     for family in ("llama", "mistral"):
         model, _, mass = measured[family]
@@ -160,7 +160,7 @@ def test_budgets_below_the_smallest_plan_and_bad_budgets_are_refused(measured) -
         plan_from_mass(mass, CANDIDATES, T, 0.3, "m", shape=shape, kv_budget=10**6)
     with pytest.raises(ValueError, match="kv_budget must be an int of bytes >= 1, got 0"):
         plan_from_mass(mass, CANDIDATES, T, None, "m", shape=shape, kv_budget=0)
-    from aah.integrations.hf.search import search_plan
+    from aah.integrations.hf.search.plan_search import search_plan
 
     for bad, message in (
         ({"budget": 0.3, "kv_fraction": 0.3}, "exactly one of budget, kv_budget and kv_fraction"),
@@ -171,7 +171,7 @@ def test_budgets_below_the_smallest_plan_and_bad_budgets_are_refused(measured) -
 
 
 def test_kv_fraction_is_that_share_of_the_full_cache(measured) -> None:
-    from aah.integrations.hf.search import search_plan
+    from aah.integrations.hf.search.plan_search import search_plan
 
     model = measured["llama"][0]
     full = full_kv_bytes(kv_shape(model), T)
@@ -226,9 +226,9 @@ def test_cli_search_by_kv_bytes_with_sinks_then_apply(tmp_path, capsys) -> None:
     assert summary["kv_bytes"] == plan.info["kv_bytes"] and summary["sinks"] == 2
 
     parser = argparse.ArgumentParser()
-    hf_plan.add_plan_apply_arguments(parser)
+    plan_args.add_plan_apply_arguments(parser)
     argv = [str(model_dir), "--plan", str(out), "--text", str(text), "--max-batches", "2"]
-    assert hf_plan.run_plan_apply(parser.parse_args(argv)) == 0
+    assert plan_args.run_plan_apply(parser.parse_args(argv)) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["kv_bytes"] == plan.info["kv_bytes"] < result["kv_bytes_full"]
     assert result["coverage"] == pytest.approx(plan.info["coverage"])

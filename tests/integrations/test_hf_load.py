@@ -16,7 +16,7 @@ pytest.importorskip("accelerate")
 from hf_models import VOCAB, tiny_model, write_gguf  # noqa: E402
 
 from aah.cli import main  # noqa: E402
-from aah.integrations.hf.load import (  # noqa: E402
+from aah.integrations.hf.run.load import (  # noqa: E402
     ModelSource,
     load_model,
     require_gguf_support,

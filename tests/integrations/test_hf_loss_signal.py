@@ -17,20 +17,20 @@ from hf_models import (
     tiny_model,
 )
 
-from aah.cli import hf_plan
-from aah.cli.plan_checks import check_signal_flag
+from aah.cli.hf import plan_args
+from aah.cli.hf.plan_checks import check_signal_flag
 from aah.controller.allocate import Budget
 from aah.integrations import hf
-from aah.integrations.hf.cut_loss import (
+from aah.integrations.hf.run.model_layout import kv_shape
+from aah.integrations.hf.search.cut_loss import (
     Imposed,
     loss_increase,
     measure_loss_costs,
     monotone_costs,
     per_query_head,
 )
-from aah.integrations.hf.model_layout import kv_shape
-from aah.integrations.hf.plan_allocation import plan_from_costs
-from aah.integrations.hf.search import search_plan
+from aah.integrations.hf.search.plan_allocation import plan_from_costs
+from aah.integrations.hf.search.plan_search import search_plan
 from aah.plan import WindowPlan
 
 T, CANDIDATES, SINKS = SEARCH_T, SEARCH_CANDIDATES, SEARCH_SINKS
@@ -109,7 +109,7 @@ def test_loss_signal_keeps_wide_the_head_the_loss_needs(monkeypatch) -> None:
         seen.update(candidates=list(candidates), sinks=sinks, t=batches[0].shape[1])
         return table
 
-    monkeypatch.setattr("aah.integrations.hf.cut_loss.measure_loss_costs", fake)
+    monkeypatch.setattr("aah.integrations.hf.search.cut_loss.measure_loss_costs", fake)
     opts = {"seq_len": T, "candidates": CANDIDATES, "sinks": SINKS, "sample_queries": 16,
             "choose": False}  # fmt: skip
     by_loss = search_plan(model, ids(), 0.5, signal="loss", **opts)
@@ -156,9 +156,9 @@ def test_cli_loss_search_writes_a_plan_that_apply_reads(tmp_path, capsys) -> Non
     assert json.loads(printed[-1])["signal"] == "loss"
 
     parser = argparse.ArgumentParser()
-    hf_plan.add_plan_apply_arguments(parser)
+    plan_args.add_plan_apply_arguments(parser)
     argv = [str(model_dir), "--plan", str(out), "--text", str(text), "--max-batches", "2"]
-    assert hf_plan.run_plan_apply(parser.parse_args(argv)) == 0
+    assert plan_args.run_plan_apply(parser.parse_args(argv)) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["coverage"] == pytest.approx(plan.info["coverage"])
     assert result["kv_bytes"] == plan.info["kv_bytes"] < result["kv_bytes_full"]

@@ -15,7 +15,7 @@ import torch
 from hf_models import VOCAB, tiny_model
 
 from aah.integrations import hf
-from aah.integrations.hf import attention
+from aah.integrations.hf.run import attention
 
 PLAN = [[4, 6, 128, 3], [5, 2, 8, 8]]
 SINKS = [[2, 2, 0, 1], [1, 0, 3, 3]]
@@ -192,7 +192,7 @@ def test_static_cache_generate_equals_the_dynamic_cache(family: str, padding: st
 
 
 def test_keys_no_query_sees_are_cut_only_where_the_queries_stay_last() -> None:
-    from aah.integrations.hf.masks import causal, keys_in_use
+    from aah.integrations.hf.run.masks import causal, keys_in_use
 
     static_prefill = torch.zeros(1, 1, 3, 8, dtype=torch.bool)
     static_prefill[..., :3] = torch.ones(3, 3, dtype=torch.bool).tril()

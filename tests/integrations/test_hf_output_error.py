@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from aah.attention import windowed_attention
-from aah.integrations.hf.output_error import output_error
+from aah.integrations.hf.search.output_error import output_error
 
 
 def moved_rows(q, k, v, w_o, window: int, sinks: int) -> torch.Tensor:
@@ -89,8 +89,8 @@ def test_the_output_signal_prices_nothing_on_a_sliding_layer_at_its_own_window()
     pytest.importorskip("transformers")
     from hf_models import search_ids, tiny_model
 
-    from aah.integrations.hf.measure import measure_output_error
-    from aah.integrations.hf.model_layout import sliding_windows
+    from aah.integrations.hf.run.model_layout import sliding_windows
+    from aah.integrations.hf.search.measure import measure_output_error
 
     model = tiny_model("gemma3_text", max_position_embeddings=64)  # layer 0 slides at 16
     assert sliding_windows(model) == [16, None]

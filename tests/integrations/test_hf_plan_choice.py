@@ -1,5 +1,5 @@
-"""The end-to-end choice of the plan search (`hf.plan_choice`, `hf.plan_candidates`): plans are
-judged by the KL of the model's next-token distributions from full attention on held-out
+"""The end-to-end choice of the plan search (`hf.search.plan_choice`, `hf.search.plan_candidates`):
+plans are judged by the KL of the model's next-token distributions from full attention on held-out
 blocks, checked here against the same KL computed by hand from two plain forwards."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ pytest.importorskip("transformers")
 from choice_rule import expected_choice
 from hf_models import tiny_model
 
-from aah.integrations.hf.apply_plan import applied
-from aah.integrations.hf.plan_candidates import DEFAULT_SINKS, Variant, variants
-from aah.integrations.hf.plan_choice import FullReference, Scored, choose, scored_positions
-from aah.integrations.hf.search import search_plan
-from aah.integrations.hf.signals import SearchContext
+from aah.integrations.hf.run.apply_plan import applied
+from aah.integrations.hf.search.plan_candidates import DEFAULT_SINKS, Variant, variants
+from aah.integrations.hf.search.plan_choice import FullReference, Scored, choose, scored_positions
+from aah.integrations.hf.search.plan_search import search_plan
+from aah.integrations.hf.search.signals import SearchContext
 from aah.plan import WindowPlan
 
 T = 32
@@ -146,7 +146,7 @@ def test_the_default_search_never_returns_a_plan_one_window_beats_on_the_held_ou
     assert choice["chosen"] == expected_choice(choice)
     assert scores[choice["chosen"]] <= min(scores["uniform, sinks 0"], scores["uniform, sinks 4"])
     # the held-out blocks are the mix's 4 blocks after the 8 measured ones; recomputed by hand
-    from aah.integrations.hf.calibration_mix import calibration_mix
+    from aah.integrations.hf.search.calibration_mix import calibration_mix
 
     mix = calibration_mix(None, seq_len=T, n_blocks=12, vocab_size=model.config.vocab_size)
     held = [torch.tensor([ids]) for ids in mix[8:]]
@@ -202,7 +202,7 @@ def test_a_users_text_holds_out_its_last_quarter() -> None:
 
 
 def test_a_plan_displaces_one_window_only_by_the_margin() -> None:
-    from aah.integrations.hf.search_choice import preferred
+    from aah.integrations.hf.search.search_choice import preferred
 
     def scored(**scores: float) -> list[Scored]:
         plan = plan_of([[T] * 2])
@@ -224,7 +224,7 @@ def test_a_plan_displaces_one_window_only_by_the_margin() -> None:
 def test_the_search_keeps_one_window_unless_a_plan_beats_it_by_the_margin(
     margin: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import aah.integrations.hf.search_choice as search_choice
+    import aah.integrations.hf.search.search_choice as search_choice
 
     monkeypatch.setattr(search_choice, "CHOICE_MARGIN", margin)
     # a tiny hybrid (three sliding layers, one full) where an allocation leads by far

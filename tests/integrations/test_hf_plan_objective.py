@@ -12,10 +12,10 @@ pytest.importorskip("transformers")
 from choice_rule import expected_choice
 from hf_models import tiny_model
 
-from aah.integrations.hf.apply_plan import applied
-from aah.integrations.hf.plan_choice import FullReference, scored_positions
-from aah.integrations.hf.retrieval_calib import PROBES, probes_on
-from aah.integrations.hf.search import search_plan
+from aah.integrations.hf.run.apply_plan import applied
+from aah.integrations.hf.search.plan_choice import FullReference, scored_positions
+from aah.integrations.hf.search.plan_search import search_plan
+from aah.integrations.hf.search.retrieval_calib import PROBES, probes_on
 from aah.plan import WindowPlan
 
 T = 128  # room for a fact, its question and its answer in bytes

@@ -1,4 +1,4 @@
-"""The refine step of the plan search (`hf.plan_refine`): budget exchanged between groups of
+"""The refine step of the plan search (`hf.search.plan_refine`): budget exchanged between groups of
 layers, each exchange judged end to end. Checked against the budget's own byte count, an
 independent recount of the KL from plain forwards, and the start plan it must never lose to."""
 
@@ -11,8 +11,8 @@ pytest.importorskip("transformers")
 
 from hf_models import tiny_model
 
-from aah.integrations.hf.plan_choice import FullReference
-from aah.integrations.hf.plan_refine import (
+from aah.integrations.hf.search.plan_choice import FullReference
+from aah.integrations.hf.search.plan_refine import (
     Move,
     exchanged,
     layer_groups,
@@ -20,7 +20,7 @@ from aah.integrations.hf.plan_refine import (
     plan_sinks,
     refine,
 )
-from aah.integrations.hf.search import search_budget, search_plan
+from aah.integrations.hf.search.plan_search import search_budget, search_plan
 from aah.plan import WindowPlan
 
 T = 32

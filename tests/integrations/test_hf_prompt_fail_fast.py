@@ -40,7 +40,7 @@ def never_loads(monkeypatch):  # type: ignore[no-untyped-def]
     def load_model(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise AssertionError("the model was loaded before a check that needs no model")
 
-    monkeypatch.setattr("aah.integrations.hf.load.load_model", load_model)
+    monkeypatch.setattr("aah.integrations.hf.run.load.load_model", load_model)
 
 
 def refused(argv: list[str], capsys, monkeypatch, *named: str, stdin: str = "") -> str:  # type: ignore[no-untyped-def]

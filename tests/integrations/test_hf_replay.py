@@ -7,9 +7,9 @@ import torch
 from hf_models import SEARCH_CANDIDATES, SEARCH_SINKS, SEARCH_T, search_ids, tiny_model
 
 from aah.integrations import hf
-from aah.integrations.hf.cut_loss import Imposed, cut_plan, loss_increase, mean_loss
-from aah.integrations.hf.layer_replay import recording, replaying
-from aah.integrations.hf.model_layout import decoder_layers, layout
+from aah.integrations.hf.run.model_layout import decoder_layers, layout
+from aah.integrations.hf.search.cut_loss import Imposed, cut_plan, loss_increase, mean_loss
+from aah.integrations.hf.search.layer_replay import recording, replaying
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", "qwen2", "qwen3", "mistral"])

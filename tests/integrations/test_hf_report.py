@@ -10,9 +10,9 @@ import pytest
 import torch
 from hf_models import VOCAB, tiny_model
 
-from aah.cli import hf_plan
+from aah.cli.hf import plan_args
 from aah.integrations import hf
-from aah.integrations.hf.sweep import (
+from aah.integrations.hf.search.sweep import (
     budget_sweep,
     perplexity,
     sweep_json,
@@ -69,7 +69,7 @@ def test_cli_search_then_apply(tmp_path, capsys) -> None:
     text.write_text(TEXT)
     out, png = tmp_path / "plan.json", tmp_path / "plan.png"
     args = _parse(
-        hf_plan.add_plan_search_arguments,
+        plan_args.add_plan_search_arguments,
         [
             str(model_dir),
             "--budget",
@@ -90,7 +90,7 @@ def test_cli_search_then_apply(tmp_path, capsys) -> None:
             "0.3,0.6",
         ],
     )
-    assert hf_plan.run_plan_search(args) == 0
+    assert plan_args.run_plan_search(args) == 0
     plan = WindowPlan.load(out)
     assert (
         plan.info["model"] == "GPT2LMHeadModel"
@@ -102,10 +102,10 @@ def test_cli_search_then_apply(tmp_path, capsys) -> None:
     assert [r["budget"] for r in summary["sweep"]] == [0.3, 0.6]
 
     args = _parse(
-        hf_plan.add_plan_apply_arguments,
+        plan_args.add_plan_apply_arguments,
         [str(model_dir), "--plan", str(out), "--text", str(text), "--max-batches", "2"],
     )
-    assert hf_plan.run_plan_apply(args) == 0
+    assert plan_args.run_plan_apply(args) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     result = json.loads(lines[-1])
     assert result["seq_len"] == 32 and result["coverage"] == pytest.approx(plan.info["coverage"])
@@ -116,11 +116,11 @@ def test_cli_search_then_apply(tmp_path, capsys) -> None:
 
 def test_cli_refuses_a_missing_text_file(tmp_path) -> None:
     args = _parse(
-        hf_plan.add_plan_apply_arguments,
+        plan_args.add_plan_apply_arguments,
         [str(tmp_path), "--plan", "p.json", "--text", str(tmp_path / "none.txt")],
     )
     with pytest.raises(ValueError, match="does not exist"):
-        hf_plan.run_plan_apply(args)
+        plan_args.run_plan_apply(args)
     (tmp_path / "none.txt").write_text(TEXT)
     with pytest.raises(ValueError, match="plan file"):
-        hf_plan.run_plan_apply(args)
+        plan_args.run_plan_apply(args)

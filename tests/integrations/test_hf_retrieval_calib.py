@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from aah.integrations.hf.retrieval_calib import retrieval_prompts
+from aah.integrations.hf.search.retrieval_calib import retrieval_prompts
 
 T = 200
 

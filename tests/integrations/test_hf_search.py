@@ -13,10 +13,10 @@ from hf_models import VOCAB, plant_local_head, tiny_model
 
 from aah.attention import coverage
 from aah.integrations import hf
-from aah.integrations.hf.data import token_batches
-from aah.integrations.hf.measure import measure_mass, measure_output_error
-from aah.integrations.hf.plan_allocation import plan_from_mass
-from aah.integrations.hf.search import default_candidates, search_plan
+from aah.integrations.hf.run.data import token_batches
+from aah.integrations.hf.search.measure import measure_mass, measure_output_error
+from aah.integrations.hf.search.plan_allocation import plan_from_mass
+from aah.integrations.hf.search.plan_search import default_candidates, search_plan
 from aah.plan import WindowPlan
 
 T = 64
@@ -159,10 +159,10 @@ def test_token_batches_from_text_ids_and_tensors() -> None:
 def test_import_without_transformers_and_a_clear_error() -> None:
     code = (
         "import sys; sys.modules['transformers'] = None\n"
-        "import aah.cli.hf_plan\n"
+        "import aah.cli.hf.plan_args\n"
         "print('parser loads torch:', 'torch' in sys.modules)\n"
-        "import aah, aah.integrations.hf as hf, aah.integrations.hf.search, "
-        "aah.integrations.hf.sweep, aah.report.plan_heatmap, aah.cli.hf_plan\n"
+        "import aah, aah.integrations.hf as hf, aah.integrations.hf.search.plan_search, "
+        "aah.integrations.hf.search.sweep, aah.report.plan_heatmap, aah.cli.hf.plan_args\n"
         "try:\n    hf.register()\nexcept ImportError as e:\n    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -198,9 +198,9 @@ def test_applied_takes_sinks_and_puts_the_model_back() -> None:
 
 
 def test_output_plus_retrieval_search_allocates_on_the_blend_of_both_signals() -> None:
-    from aah.integrations.hf.measure import blended, measure_signal
-    from aah.integrations.hf.model_layout import kv_shape
-    from aah.integrations.hf.retrieval_calib import retrieval_prompts
+    from aah.integrations.hf.run.model_layout import kv_shape
+    from aah.integrations.hf.search.measure import blended, measure_signal
+    from aah.integrations.hf.search.retrieval_calib import retrieval_prompts
 
     model, t = tiny_model("llama", max_position_embeddings=256), 128
     ids = torch.randint(0, VOCAB, (2, t), generator=torch.Generator().manual_seed(5))

@@ -17,14 +17,14 @@ from hf_models import tiny_model
 from aah.cli import main
 from aah.controller.allocate import kv_head_costs
 from aah.hf import search_plan
-from aah.integrations.hf.measure import blended, measure_signal
-from aah.integrations.hf.signal_registry import (
+from aah.integrations.hf.search.measure import blended, measure_signal
+from aah.integrations.hf.search.signal_registry import (
     make_signal,
     register_signal,
     signal_names,
     unregister_signal,
 )
-from aah.integrations.hf.signals import Blend, Mass, Output, SearchContext, Signal
+from aah.integrations.hf.search.signals import Blend, Mass, Output, SearchContext, Signal
 
 T = 32
 CANDIDATES = [4, 8, 16, 32]
@@ -141,7 +141,7 @@ def test_a_weighted_blend_scales_each_part_by_its_total_then_its_weight() -> Non
 @pytest.mark.parametrize("share", [0.5, 1.0])
 def test_a_floor_keeps_every_kv_head_at_a_share_of_the_uniform_window(share: float) -> None:
     from aah.attention.kv_bytes import plan_kv_bytes
-    from aah.integrations.hf.model_layout import kv_shape
+    from aah.integrations.hf.run.model_layout import kv_shape
 
     model = tiny_model("llama")
     shape, sinks = kv_shape(model), [[1] * 4] * 2

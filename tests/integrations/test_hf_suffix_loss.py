@@ -22,12 +22,12 @@ pytest.importorskip("transformers")
 
 from aah.controller.allocate import Budget
 from aah.integrations import hf
-from aah.integrations.hf.cut_loss import loss_increase, monotone_costs
-from aah.integrations.hf.model_layout import kv_shape
-from aah.integrations.hf.plan_allocation import plan_from_costs
-from aah.integrations.hf.search import search_plan
-from aah.integrations.hf.signals import SuffixLoss
-from aah.integrations.hf.suffix_loss import measure_suffix_loss_costs, suffix_loss_increase
+from aah.integrations.hf.run.model_layout import kv_shape
+from aah.integrations.hf.search.cut_loss import loss_increase, monotone_costs
+from aah.integrations.hf.search.plan_allocation import plan_from_costs
+from aah.integrations.hf.search.plan_search import search_plan
+from aah.integrations.hf.search.signals import SuffixLoss
+from aah.integrations.hf.search.suffix_loss import measure_suffix_loss_costs, suffix_loss_increase
 from aah.plan import WindowPlan
 
 T, CANDIDATES, SINKS = SEARCH_T, SEARCH_CANDIDATES, SEARCH_SINKS

@@ -14,10 +14,10 @@ pytest.importorskip("tokenizers")
 from hf_models import tiny_model
 from hf_tokenized import TEXT, save_tokenized_llama
 
-from aah.integrations.hf.data import token_batches, token_stream
-from aah.integrations.hf.load import load_model, resolve_tokenizer
-from aah.integrations.hf.search import search_plan
-from aah.integrations.hf.sweep import budget_sweep
+from aah.integrations.hf.run.data import token_batches, token_stream
+from aah.integrations.hf.run.load import load_model, resolve_tokenizer
+from aah.integrations.hf.search.plan_search import search_plan
+from aah.integrations.hf.search.sweep import budget_sweep
 
 OPTIONS = {
     "signal": "mass",

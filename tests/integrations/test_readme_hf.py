@@ -51,13 +51,13 @@ def test_the_readme_hf_example_runs(tmp_path, capsys) -> None:
     )
     # the tiny model has 128 positions and 2 layers: one whole layer is half its cache
     code = code.replace(LOAD, load).replace("kv_fraction=0.3", "kv_fraction=0.7")
-    from aah.integrations.hf.load import tie_tokenizer
+    from aah.integrations.hf.run.load import tie_tokenizer
 
     scope: dict = {"ByteTokenizer": ByteTokenizer, "tie_tokenizer": tie_tokenizer}
     exec(compile(code, str(README), "exec"), scope)
     model, plan, cache, out = scope["model"], scope["plan"], scope["cache"], scope["out"]
     from aah.attention.kv_bytes import full_kv_bytes, plan_kv_bytes
-    from aah.integrations.hf.model_layout import kv_shape
+    from aah.integrations.hf.run.model_layout import kv_shape
 
     full = full_kv_bytes(kv_shape(model), plan.seq_len)
     held_by_plan = plan_kv_bytes(plan.windows, plan.sinks, kv_shape(model), plan.seq_len)

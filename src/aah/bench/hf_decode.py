@@ -74,10 +74,10 @@ def plan_at(path: str, seq_len: int, full: int, sinks: int | None) -> WindowPlan
 
 
 def build_model(args: argparse.Namespace, max_len: int) -> torch.nn.Module:
-    """`--model` loaded (`hf.load.load_model`), else the Llama-style model of the flags; fp32,
+    """`--model` loaded (`hf.run.load.load_model`), else the Llama-style model of the flags; fp32,
     eval mode, sdpa attention."""
     if args.model:
-        from aah.integrations.hf.load import load_model
+        from aah.integrations.hf.run.load import load_model
 
         return load_model(args.model, "cpu")[0]
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -188,7 +188,7 @@ def bench_case(
                 if r >= args.warmup:
                     times[name].append(took)
     runs["dynamic"].use()  # the model back on plain sdpa
-    from aah.integrations.hf.model_layout import layout
+    from aah.integrations.hf.run.model_layout import layout
 
     unit = layout(model).head_dim * 2 * 4
     kv = {

@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 from aah.cli import (
     bench_cmd,
-    chat_cmd,
     eval_cmd,
     generate_cmd,
     lab_cmd,
@@ -19,6 +18,7 @@ from aah.cli import (
     sweep_cmd,
     train_cmd,
 )
+from aah.cli.hf import chat_cmd
 
 AddArgs = Callable[[argparse.ArgumentParser], None]
 Run = Callable[[argparse.Namespace, list[str]], int]

@@ -7,7 +7,7 @@ A run directory (a folder with checkpoints/, config.toml or summary.json) genera
 own model, its last plan in force or --plan's; its tokens are bytes, and a character may span
 several, so text is decoded incrementally and written as soon as each character is complete
 (invalid UTF-8 shows as U+FFFD). Anything else is a Hugging Face model (a transformers folder,
-a GGUF file or a hub name) and needs --plan (`hf_generate`: chat templates, --question).
+a GGUF file or a hub name) and needs --plan (`hf.generate`: chat templates, --question).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def run_generate(
     stdin = sys.stdin if stdin is None else stdin
     flags.check_threads(args.threads)
     if not is_run_dir(args.target):
-        from aah.cli.hf_generate import run_hf_generate
+        from aah.cli.hf.generate import run_hf_generate
 
         return run_hf_generate(args, out, err, stdin)
     check_run_dir_prompt(args)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from aah.cli import hf_plan
+    from aah.cli.hf import plan_args
 
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
@@ -24,11 +24,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "search",
         help="search a per-KV-head plan for a Hugging Face model (needs aah-attention[hf])",
     )
-    hf_plan.add_plan_search_arguments(search)
+    plan_args.add_plan_search_arguments(search)
     apply = actions.add_parser(
         "apply", help="perplexity of a Hugging Face model with a plan (needs aah-attention[hf])"
     )
-    hf_plan.add_plan_apply_arguments(apply)
+    plan_args.add_plan_apply_arguments(apply)
 
 
 def plan_in_force(run_dir: Path) -> tuple[list[list[int]], dict[str, object]]:
@@ -59,11 +59,13 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     if extra:
         raise ValueError(f"unrecognized arguments: {' '.join(extra)}")
     if args.action in ("search", "apply"):
-        from aah.cli import hf_plan
-        from aah.cli.plan_checks import check_plan_arguments
+        from aah.cli.hf import plan_args
+        from aah.cli.hf.plan_checks import check_plan_arguments
 
         check_plan_arguments(args)
-        run_action = hf_plan.run_plan_search if args.action == "search" else hf_plan.run_plan_apply
+        run_action = (
+            plan_args.run_plan_search if args.action == "search" else plan_args.run_plan_apply
+        )
         try:
             return run_action(args)
         except OSError as err:  # e.g. a hub name that cannot be fetched, a full disk

@@ -75,7 +75,7 @@ def read_prompt(args: argparse.Namespace, stdin: TextIO) -> str:
 
 def prompt_label(args: argparse.Namespace, prompts: Any = None) -> str:
     """Where the prompt came from, for messages; with questions, the longest one's
-    (`prompts`: `hf_prompt.Prompts`)."""
+    (`prompts`: `hf.prompt.Prompts`)."""
     if args.prompt_file == STDIN:
         source = "--prompt-file - (stdin)"
     elif args.prompt_file is not None:
@@ -111,7 +111,7 @@ def check_mode_flags(args: argparse.Namespace) -> None:
 def use_chat_template(args: argparse.Namespace, tokenizer: Any | None, model: str) -> bool:
     """Whether the prompt is wrapped by the template: --raw never, --chat always (ValueError
     without a template), by default when the tokenizer has one."""
-    from aah.integrations.hf.chat_template import has_chat_template
+    from aah.integrations.hf.run.chat_template import has_chat_template
 
     if args.raw:
         return False

@@ -79,7 +79,7 @@ def single_cuts(
 ) -> list[tuple[int, int, int]]:
     """Every (layer, unit, candidate index) whose candidate is < `below` (a wider window cuts
     nothing), layer by layer; only those in `only` when it is given. A unit is a head here and
-    a KV head on a transformers model (`aah.integrations.hf.cut_loss`)."""
+    a KV head on a transformers model (`aah.integrations.hf.search.cut_loss`)."""
     wanted = None if only is None else set(only)
     return [
         (layer, unit, j)

@@ -1,5 +1,5 @@
 """A copy of a `KVCache`'s state, to go back to: one prefill of a document, then each question
-answered from the same cached document (`hf.cache.PerHeadCache.snapshot` / `restore`).
+answered from the same cached document (`hf.run.cache.PerHeadCache.snapshot` / `restore`).
 
 The copy is of the storage tensors (every bucket's sink and ring slots) and the position count;
 restoring writes it back into the same tensors, so the store afterwards holds exactly, to the

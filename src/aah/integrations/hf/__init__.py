@@ -6,22 +6,23 @@
     hf.remove(model)        # back to the implementation it had before
     model, tokenizer = hf.load_model("model.gguf")  # a .gguf, a folder, or a hub name
 
-For decoding that keeps only each head's window and sinks, pass a `hf.cache.PerHeadCache`
+For decoding that keeps only each head's window and sinks, pass a `hf.run.cache.PerHeadCache`
 (`hf.per_head_cache(model, max_cache_len)`) to `generate`.
 
 Supported families (config.model_type): GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma 3 (GQA
 included).
-`apply` registers the "aah" attention function (`hf.attention.aah_attention_forward`) and its
+`apply` registers the "aah" attention function (`hf.run.attention.aah_attention_forward`) and its
 mask builder, stores each layer's windows on its attention module (`module.aah_windows`), and
 switches the model's attention implementation to "aah". Registration is global in transformers
 and idempotent; nothing happens at import time. transformers is imported lazily: without it
 every function here raises ImportError naming `pip install 'aah-attention[hf]'`.
 
-Names only: `hf.apply_plan` holds apply / remove / applied / probing, `hf.model_layout` the
-families and layouts, `hf.load` the loading.
+Two rooms: `hf.run` runs a plan inside transformers, `hf.search` searches one (and imports
+`hf.run`, never the reverse). Names only here: `hf.run.apply_plan` holds apply / remove /
+applied / probing, `hf.run.model_layout` the families and layouts, `hf.run.load` the loading.
 """
 
-from aah.integrations.hf.apply_plan import (
+from aah.integrations.hf.run.apply_plan import (
     IMPLEMENTATION,
     applied,
     apply,
@@ -36,8 +37,8 @@ from aah.integrations.hf.apply_plan import (
     remove,
     set_implementation,
 )
-from aah.integrations.hf.load import load_model
-from aah.integrations.hf.model_layout import FAMILIES, Layout, layout, require_transformers
+from aah.integrations.hf.run.load import load_model
+from aah.integrations.hf.run.model_layout import FAMILIES, Layout, layout, require_transformers
 
 __all__ = [
     "FAMILIES",

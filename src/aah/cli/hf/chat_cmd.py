@@ -1,0 +1,141 @@
+"""`aah chat MODEL --plan plan.json`: a conversation on stdin/stdout with a chat model, its
+per-head KV cache kept across turns, so a turn feeds only its own tokens, never the history.
+
+- Input: one user turn per line of stdin (piped or typed; `> ` is prompted on stderr when
+  stdin is a terminal). Blank lines are skipped; end of input or a line `/exit` ends the chat.
+- Output: each reply streams to stdout, followed by a newline, so stdout is the assistant's
+  side of the conversation; after each reply one status line goes to stderr: the reply's
+  tokens and decoding speed, the KV bytes the per-head cache holds against what DynamicCache
+  would hold after the same positions, and the positions used of the context.
+- The turns are the tokenizer's chat template (`hf.run.conversation`): --system sets a system
+  turn; a model without a template is refused before it loads.
+- Context: the cache is sized once for --context positions (default: the model's), the
+  conversation's hard limit (a full-window head reserves that many slots from the start). A
+  reply stops early when the context fills; a turn that no longer fits ends the chat with a
+  message on stderr and exit status 0. There is no rolling past the limit: keys are stored
+  after the rotary embedding of their position, so a StreamingLLM-style shift would need the
+  cache to re-rotate them, which it does not; the positions beyond the model's own are ones it
+  was never trained on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+from aah.cli import flags
+
+EPILOG = """\
+input:   one user turn per line of stdin (piped or typed); blank lines are skipped; end of
+         input or a line /exit ends the chat
+output:  each reply on stdout; after it one status line on stderr: the reply's tokens/s, the
+         KV MB the per-head cache holds against what DynamicCache would hold, positions used
+context: --context N positions (default the model's), reserved once; a reply stops where the
+         context ends, and a turn that no longer fits ends the chat with a message (exit 0);
+         nothing rolls past the limit
+
+  printf 'What is the capital of France?\\nAnd of Germany?\\n' | \\
+      aah chat MODEL --plan plan.json --temperature 0
+"""
+
+
+def add_chat_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "target", metavar="MODEL",
+        help="a Hugging Face chat model: a transformers folder, a GGUF file or a hub name "
+        "(needs aah-attention[hf]); its tokenizer must carry a chat template",
+    )  # fmt: skip
+    p.add_argument("--plan", required=True, metavar="FILE",
+                   help="a plan file (aah plan search): its windows and sinks")  # fmt: skip
+    p.add_argument("--system", metavar="TEXT", help="a system turn before the first user turn")
+    p.add_argument("--max-new-tokens", type=int, default=256, metavar="N",
+                   help="tokens per reply at most (default 256)")  # fmt: skip
+    p.add_argument(
+        "--context", type=int, default=None, metavar="N",
+        help="positions the whole conversation may use (default: the model's); the cache is "
+        "sized for it once, and a turn that no longer fits ends the chat",
+    )  # fmt: skip
+    flags.add_sampling(p)
+    flags.add_device(p)
+    flags.add_threads(p)
+
+
+def run_chat(
+    args: argparse.Namespace,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    stdin: TextIO | None = None,
+) -> int:
+    """Read turns from `stdin`, stream replies to `out`, status lines to `err` (module
+    docstring). Bad arguments raise ValueError before the model loads where its files allow."""
+    from aah.cli.generate_cmd import is_run_dir
+    from aah.cli.hf.session import load_planned, preflight, with_tokenizer
+    from aah.cli.hf.stream import sampling_options
+
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    stdin = sys.stdin if stdin is None else stdin
+    flags.check_threads(args.threads)
+    if is_run_dir(args.target):
+        raise ValueError(
+            f"{args.target!r} is a run directory; `aah chat` needs a Hugging Face chat model "
+            "(its tokenizer's chat template), `aah generate RUN_DIR` continues a run's text"
+        )
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    options = sampling_options(args)
+    pre = preflight(args)
+    chat_context(args.context, pre.positions(), args.max_new_tokens)
+    pre = with_tokenizer(pre, args.target)
+    if pre.known:
+        _check_template(pre.tokenizer, args)
+
+    from aah.integrations.hf import apply, per_head_cache
+
+    model, tokenizer, exact = load_planned(args, pre)
+    context = chat_context(args.context, exact.max_positions, args.max_new_tokens)
+    _check_template(tokenizer, args)
+    apply(model, pre.plan)
+    cache = per_head_cache(model, max_cache_len=context)
+    if args.seed is not None:
+        import torch
+
+        torch.manual_seed(args.seed)
+    from aah.cli.hf.chat_session import ChatSession
+
+    session = ChatSession(model, tokenizer, cache, context, exact, args.system)
+    return session.run(stdin, out, err, args.max_new_tokens, options)
+
+
+def chat_context(asked: int | None, positions: int | None, new: int) -> int:
+    """The positions the conversation may use: --context (>= 2, within the model's), else
+    the model's; room for a turn besides one reply. ValueError naming the fix."""
+    if asked is None and positions is None:
+        raise ValueError("the model states no position limit: give --context N")
+    if asked is not None and asked < 2:
+        raise ValueError(f"--context must be >= 2 (a turn and a reply), got {asked}")
+    if asked is not None and positions is not None and asked > positions:
+        raise ValueError(
+            f"--context {asked} is beyond the model's {positions} positions: give --context "
+            f"{positions} or less"
+        )
+    context = int(asked if asked is not None else positions)  # type: ignore[arg-type]
+    if new >= context:
+        raise ValueError(
+            f"--max-new-tokens {new} leaves no room for a turn in the {context} positions of "
+            f"the context: give --max-new-tokens {context - 1} or less"
+        )
+    return context
+
+
+def _check_template(tokenizer: Any | None, args: argparse.Namespace) -> None:
+    from aah.integrations.hf.run.chat_template import has_chat_template
+    from aah.integrations.hf.run.conversation import Conversation
+
+    if not has_chat_template(tokenizer):
+        raise ValueError(
+            f"model {args.target!r} has no chat template (its tokenizer carries none): "
+            "`aah chat` needs one; `aah generate MODEL --raw` continues text"
+        )
+    Conversation(tokenizer, args.system).check_template()
