@@ -10,7 +10,10 @@ Plans, all at the same KV bytes (a fraction of the model's own full cache at T):
   sinks and with 4 (StreamingLLM);
 - `full`: full attention (the gap's other end);
 - `refined` (with --refined, exploratory): the default search with its refine step,
-  `search_plan(..., refine=True)`, reported against `default` in a table of its own.
+  `search_plan(..., refine=True)`, reported against `default` in a table of its own;
+- `healed` (with --healed FILE): a healed plan file (`aah plan heal`, its learned parameters
+  installed with it), reported against `default` and against the better window in tables of
+  its own.
 
 Every block is scored as a prompt is read (BOS first where the tokenizer adds one) by its mean
 next-token loss. The baseline is the *better* window, the one of the two with the lower pooled
@@ -59,6 +62,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--refined", action="store_true",
         help="also score the search with its refine step against the default",
     )  # fmt: skip
+    p.add_argument(
+        "--healed", type=Path, metavar="FILE",
+        help="also score this healed plan (aah plan heal) against the default and the window",
+    )  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -102,6 +109,10 @@ def score(args: argparse.Namespace) -> None:
     for name, plan in plans.items():
         if plan is not None:
             plan.save(args.out / "plans" / f"{name}.json")
+    if args.healed is not None:  # scored with its parameters; its file stays where it is
+        from aah.plan import WindowPlan
+
+        plans["healed"] = WindowPlan.load(args.healed)
     records = [b.record() for b in blocks]
     (args.out / "blocks.json").write_text(json.dumps(records, indent=1) + "\n")
     for i, block in enumerate(blocks):
@@ -113,7 +124,7 @@ def score(args: argparse.Namespace) -> None:
             if plan is None:
                 cells.put(key, block_loss(model, ids))
                 continue
-            with applied(model, plan.windows, sinks=plan.sinks or 0):
+            with applied(model, plan):  # windows, sinks and a healed plan's parameters
                 cells.put(key, block_loss(model, ids))
         print(f"block {i + 1}/{len(blocks)} ({block.kind}) scored", flush=True)
     report(args, cells, blocks)
@@ -125,7 +136,7 @@ def folder_cells(args: argparse.Namespace) -> Any:
 
     # --refined and --methods choose which plans score a folder's blocks, and first_block is
     # a setting only where it is used: the folders made before these options stay resumable
-    skip = {"out", "threads", "refined", "methods", "report_only"}
+    skip = {"out", "threads", "refined", "methods", "report_only", "healed"}
     skip |= {"first_block"} if not args.first_block else set()
     settings = {k: str(v) for k, v in vars(args).items() if k not in skip}
     return CellStore(args.out / "cells.jsonl", settings)
@@ -212,6 +223,7 @@ def study_methods(text: str) -> list[str]:
 
 def report(args: argparse.Namespace, cells: Any, blocks: list[Any]) -> None:
     methods = study_methods(args.methods) + (["refined"] if args.refined else [])
+    methods += ["healed"] if args.healed is not None else []
     loss = {m: [cells.get(f"{m}/{i}") for i in range(len(blocks))] for m in methods}
     pooled = {m: sum(v) / len(v) for m, v in loss.items()}
     windows = [m for m in ("uniform-s0", "uniform-s4") if m in loss]
@@ -247,6 +259,19 @@ def report(args: argparse.Namespace, cells: Any, blocks: list[Any]) -> None:
             + "\n".join(table_rows(refined))
             + "\n\nrefine steps (move, held-out KL): "
             + ", ".join(f"{m} {d:.4f}" for m, d in steps) + "\n"
+        )  # fmt: skip
+    if args.healed is not None:
+        healed = comparison(loss, blocks, "healed", "default")
+        healed_vs_window = comparison(loss, blocks, "healed", better)
+        results["healed"] = {"plan": str(args.healed), "kinds": healed,
+                             "vs_better_window": healed_vs_window}  # fmt: skip
+        text += (
+            "\n## The healed default (`healed`, " + str(args.healed) + ") minus `default`\n\n"
+            + columns.format(base="default", plan="healed") + "\n"
+            + "\n".join(table_rows(healed))
+            + "\n\n## `healed` minus the better window\n\n"
+            + columns.format(base="better window", plan="healed") + "\n"
+            + "\n".join(table_rows(healed_vs_window)) + "\n"
         )  # fmt: skip
     (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (args.out / "table.md").write_text(text)

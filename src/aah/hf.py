@@ -8,6 +8,8 @@
     cache = aah.hf.per_head_cache(model, max_cache_len=4096)     # keeps only what each head reads
     model.generate(ids, cache=cache, max_new_tokens=64)
     aah.hf.remove(model)                                         # back to the model's attention
+    healed = aah.hf.heal(model, plan, minutes=20)  # a few learned parameters, distilled
+    healed.save("healed.json")                     # + healed.heal.safetensors beside it
 
 A search's signal is a name (`signal_names()`) or an object carrying its own options:
 `search_plan(model, kv_fraction=0.3, signal=aah.hf.Blend((aah.hf.Output(), aah.hf.Retrieval(
@@ -28,6 +30,7 @@ from aah.integrations.hf.run.apply_plan import (
 )
 from aah.integrations.hf.run.load import load_model
 from aah.integrations.hf.search.calibration_mix import calibration_mix
+from aah.integrations.hf.search.heal import HealOptions, heal
 from aah.integrations.hf.search.plan_search import search_plan
 from aah.integrations.hf.search.signal_registry import make_signal, register_signal, signal_names
 from aah.integrations.hf.search.signals import (
@@ -44,6 +47,7 @@ from aah.plan import WindowPlan
 
 __all__ = [
     "Blend",
+    "HealOptions",
     "Loss",
     "Mass",
     "Output",
@@ -56,6 +60,7 @@ __all__ = [
     "calibration_mix",
     "current_plan",
     "current_sinks",
+    "heal",
     "load_model",
     "make_signal",
     "per_head_cache",

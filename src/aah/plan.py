@@ -8,6 +8,10 @@ The file is one JSON object, what `WindowPlan.to_json` writes:
 
     {"windows": [[...], ...], "sinks": [[...], ...], "seq_len": 4096, ...}
 
+A healed plan (`aah.hf.heal`) also carries learned parameters (`params`, name -> tensor): `save`
+writes them to a safetensors file beside the plan and records its name and SHA-256 under the
+"heal" key; `load` reads them back and refuses a file whose hash differs.
+
 "windows" is required. "sinks" is optional: absent or null means none, one int means that
 many for every head. "seq_len" (optional) is the context the plan was made for: a window is a
 share of it (`at_length`). Every other key (a search's budget, coverage, signal, method...) is
@@ -20,13 +24,14 @@ them can use it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from aah.atomic import write_text_atomic
+from aah.atomic import write_bytes_atomic, write_text_atomic
 from aah.textfile import read_json
 from aah.validate import is_int
 
@@ -38,6 +43,9 @@ OWN_KEYS = ("windows", "sinks", "seq_len")
 #: few keys), far below what would hang or crash the reader
 MAX_FILE_BYTES = 64 * 2**20
 MAX_DEPTH = 8
+#: the info key a healed plan records its parameters' file under, and that file's suffix
+HEAL_KEY = "heal"
+PARAMS_SUFFIX = ".heal.safetensors"
 
 
 def check_plan(plan: object, n_layer: int | None = None, n_head: int | None = None) -> Plan:
@@ -93,6 +101,8 @@ class WindowPlan:
     sinks: Plan
     seq_len: int | None = None
     info: Mapping[str, Any] = field(default_factory=dict)
+    # Learned parameters of a healed plan, name -> torch tensor (empty for every other plan).
+    params: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         windows = check_plan(self.windows)
@@ -110,6 +120,7 @@ class WindowPlan:
         object.__setattr__(self, "windows", windows)
         object.__setattr__(self, "sinks", sinks)
         object.__setattr__(self, "info", dict(self.info))
+        object.__setattr__(self, "params", dict(self.params))
 
     @classmethod
     def of(
@@ -149,13 +160,28 @@ class WindowPlan:
         """Read a plan file; ValueError naming the file and what is wrong with it."""
         data = read_json(str(path), "plan file", max_bytes=MAX_FILE_BYTES, max_depth=MAX_DEPTH)
         try:
-            return cls.from_data(data)
+            plan = cls.from_data(data)
         except ValueError as err:
             raise ValueError(f"plan file {path}: {err}") from None
+        heal = plan.info.get(HEAL_KEY)
+        if not isinstance(heal, Mapping) or "file" not in heal:
+            return plan
+        return replace(plan, params=_read_params(Path(path), heal))
 
     def save(self, path: str | Path) -> None:
-        """Write the file atomically (no half-written plan on an interrupted write)."""
-        write_text_atomic(Path(path), self.to_json() + "\n")
+        """Write the file atomically (no half-written plan on an interrupted write); a healed
+        plan's parameters first, to `<name>.heal.safetensors` beside it."""
+        path = Path(path)
+        if not self.params:
+            write_text_atomic(path, self.to_json() + "\n")
+            return
+        from safetensors.torch import save as tensors_to_bytes
+
+        blob = tensors_to_bytes({k: v.detach().contiguous().cpu() for k, v in self.params.items()})
+        side = params_file(path)
+        write_bytes_atomic(side, blob)
+        heal = {**self.info.get(HEAL_KEY, {}), "file": side.name, "sha256": _sha256(blob)}
+        write_text_atomic(path, replace(self, info={**self.info, HEAL_KEY: heal}).to_json() + "\n")
 
     def at_length(self, seq_len: int, full: int | None = None) -> WindowPlan:
         """The plan for context `seq_len`: windows scaled by seq_len / the plan's own seq_len,
@@ -169,7 +195,44 @@ class WindowPlan:
             [whole if w >= self.seq_len else max(1, round(w * scale)) for w in row]
             for row in self.windows
         ]
-        return WindowPlan(windows, self.sinks, seq_len, self.info)
+        return WindowPlan(windows, self.sinks, seq_len, self.info, self.params)
+
+
+def params_file(path: str | Path) -> Path:
+    """Where `WindowPlan.save` writes a healed plan's parameters: beside the plan file, named
+    after it (`healed.json` -> `healed.heal.safetensors`)."""
+    path = Path(path)
+    return path.with_name(path.name.removesuffix(".json") + PARAMS_SUFFIX)
+
+
+def _sha256(blob: bytes) -> str:
+    return hashlib.sha256(blob).hexdigest()
+
+
+def _read_params(path: Path, heal: Mapping[str, Any]) -> dict[str, Any]:
+    """The tensors of the file `heal["file"]` beside the plan file `path`, after checking its
+    SHA-256 against `heal["sha256"]`."""
+    name = str(heal["file"])
+    side = path.with_name(name)
+    if Path(name).name != name:
+        raise ValueError(f"plan file {path}: its heal file {name!r} must lie beside it")
+    try:
+        blob = side.read_bytes()
+    except OSError as err:
+        raise ValueError(
+            f"plan file {path}: cannot read its healed parameters {side}: {err}"
+        ) from None
+    if _sha256(blob) != heal.get("sha256"):
+        raise ValueError(
+            f"plan file {path}: {side} does not match the SHA-256 the plan records "
+            "(changed or from another plan); heal the plan again"
+        )
+    from safetensors.torch import load as tensors_from_bytes
+
+    try:
+        return dict(tensors_from_bytes(blob))
+    except Exception as err:  # safetensors raises its own error types
+        raise ValueError(f"plan file {path}: {side} is not a safetensors file: {err}") from None
 
 
 def _sink_rows(sinks: object, windows: Plan) -> Plan:

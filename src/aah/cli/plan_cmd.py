@@ -4,7 +4,9 @@
 - `search MODEL_DIR`: a plan for a Hugging Face model, one window per KV head, under a
   coverage or KV-byte budget, with optional attention sinks;
 - `apply MODEL_DIR --plan FILE`: perplexity of a Hugging Face model with and without a plan
-  (and its sinks), with the plan's coverage and KV bytes.
+  (and its sinks), with the plan's coverage and KV bytes;
+- `heal MODEL --plan FILE --out FILE`: a plan with a few learned parameters that bring the
+  planned model back toward its full attention (`aah.hf.heal`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from aah.cli.hf import plan_args
+    from aah.cli.hf import heal_cmd, plan_args
 
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
@@ -29,6 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "apply", help="perplexity of a Hugging Face model with a plan (needs aah-attention[hf])"
     )
     plan_args.add_plan_apply_arguments(apply)
+    heal = actions.add_parser(
+        "heal",
+        help="heal a Hugging Face model to its plan: learn a few parameters by distillation "
+        "against its full attention (needs aah-attention[hf])",
+    )
+    heal_cmd.add_arguments(heal)
 
 
 def plan_in_force(run_dir: Path) -> tuple[list[list[int]], dict[str, object]]:
@@ -58,14 +66,17 @@ def plan_in_force(run_dir: Path) -> tuple[list[list[int]], dict[str, object]]:
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     if extra:
         raise ValueError(f"unrecognized arguments: {' '.join(extra)}")
-    if args.action in ("search", "apply"):
-        from aah.cli.hf import plan_args
+    if args.action in ("search", "apply", "heal"):
+        from aah.cli.hf import heal_cmd, plan_args
         from aah.cli.hf.plan_checks import check_plan_arguments
 
-        check_plan_arguments(args)
-        run_action = (
-            plan_args.run_plan_search if args.action == "search" else plan_args.run_plan_apply
-        )
+        if args.action == "heal":
+            run_action = heal_cmd.run
+        else:
+            check_plan_arguments(args)
+            run_action = (
+                plan_args.run_plan_search if args.action == "search" else plan_args.run_plan_apply
+            )
         try:
             return run_action(args)
         except OSError as err:  # e.g. a hub name that cannot be fetched, a full disk

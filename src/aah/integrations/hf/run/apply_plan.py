@@ -25,6 +25,7 @@ from aah.integrations.hf.run.attention import (
     Probe,
     aah_attention_forward,
 )
+from aah.integrations.hf.run.heal_params import install, installed, uninstall
 from aah.integrations.hf.run.masks import aah_mask
 from aah.integrations.hf.run.model_layout import (
     Layout,
@@ -96,7 +97,8 @@ def apply(model: torch.nn.Module, plan: Any, *, backend: str = "auto", sinks: An
     Args:
         model: a supported transformers model (causal LM or base model).
         plan: [layer][query_head] ints >= 1 (w >= T: full causal), or an object with `.windows`
-            (and optionally `.sinks`).
+            (and optionally `.sinks`, and a healed plan's `.params`, installed with it; any
+            parameters a previous healed plan installed are taken out first).
         backend: the `windowed_attention` backend for prefill ("auto" picks per device).
         sinks: attention sinks, one int for every head or [layer][head] ints >= 0; None takes
             the plan's `.sinks` if it has them, else none. Query i also sees keys j < s. On a
@@ -126,6 +128,11 @@ def apply(model: torch.nn.Module, plan: Any, *, backend: str = "auto", sinks: An
         else:  # a head the plan does not cut below its layer's own window keeps no sinks
             kept = (layer_sinks(w, s, slides[i]) for w, s in zip(row, sink_rows[i], strict=True))
             setattr(module, SINKS_ATTR, tuple(kept))
+    params = getattr(plan, "params", None)
+    if params:
+        install(model, params)
+    else:
+        uninstall(model)
     current = implementation(model)
     if current != IMPLEMENTATION:
         setattr(model, PREVIOUS_ATTR, current)
@@ -158,7 +165,9 @@ def per_head_cache(model: torch.nn.Module, max_cache_len: int | None = None) -> 
 
 
 def remove(model: torch.nn.Module) -> None:
-    """Undo `apply`: drop the windows and restore the previous implementation (default sdpa)."""
+    """Undo `apply`: drop the windows and any healed parameters, and restore the previous
+    implementation (default sdpa). The model then computes bit for bit what it did before."""
+    uninstall(model)
     for module in layout(model).modules:
         for attr in (WINDOWS_ATTR, BACKEND_ATTR, PROBE_ATTR, SINKS_ATTR):
             if hasattr(module, attr):
@@ -219,9 +228,13 @@ def probing(model: torch.nn.Module, probe: Probe) -> Iterator[Layout]:
 def applied(
     model: torch.nn.Module, plan: Any, *, backend: str = "auto", sinks: Any = None
 ) -> Iterator[None]:
-    """`apply(model, plan, sinks=sinks)` inside the block; the previous plan (or none) is back
-    on exit."""
-    before, before_sinks = current_plan(model), current_sinks(model)
+    """`apply(model, plan, sinks=sinks)` inside the block; the previous plan (or none), with any
+    healed parameters it had, is back on exit."""
+    before, before_sinks, before_params = (
+        current_plan(model),
+        current_sinks(model),
+        installed(model),
+    )
     previous_backend = getattr(layout(model).modules[0], BACKEND_ATTR, "auto")
     try:
         apply(model, plan, backend=backend, sinks=sinks)
@@ -231,3 +244,5 @@ def applied(
             remove(model)
         else:
             apply(model, before, backend=previous_backend, sinks=before_sinks or 0)
+            if before_params:
+                install(model, before_params)

@@ -64,6 +64,8 @@ SINKS_ATTR = "aah_sinks"
 CACHE_MARK = "_aah_per_head_cache"
 BACKEND_ATTR = "aah_backend"
 PROBE_ATTR = "aah_probe"
+# A healed plan's per-head log-temperature, (n_head,) (`hf.run.heal_params`): q * exp(t).
+QUERY_SCALE_ATTR = "aah_query_log_scale"
 
 # probe(module, query, key, value, scale): sees every call's post-RoPE tensors (plan search).
 Probe = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor, float], None]
@@ -85,6 +87,9 @@ def aah_attention_forward(
 ) -> tuple[torch.Tensor, None]:
     """Per-head windowed causal attention in transformers' calling convention (module docstring)."""
     _refuse_unsupported(module, dropout, is_causal, kwargs)
+    log_scale = getattr(module, QUERY_SCALE_ATTR, None)
+    if log_scale is not None:  # before every path, so prefill, masks and the cache agree
+        query = query * log_scale.exp().to(query.dtype).view(1, -1, 1, 1)
     batch, n_q, q_len, dim = query.shape
     step = getattr(key, CACHE_MARK, None)  # a PerHeadCache step (hf.run.cache)
     # With the per-head cache the key tensor holds only the new keys: the mask spans them all.
