@@ -23,6 +23,7 @@ HF = {
     "apply": "aah.integrations.hf.run.apply_plan", "remove": "aah.integrations.hf.run.apply_plan",
     "per_head_cache": "aah.integrations.hf.run.apply_plan", "WindowPlan": "aah.plan",
     "calibration_mix": "aah.integrations.hf.search.calibration_mix",
+    "default_plan": "aah.integrations.hf.search.default_plan",
     "heal": "aah.integrations.hf.search.heal", "HealOptions": "aah.integrations.hf.search.heal",
     "Signal": "aah.integrations.hf.search.signals", "Blend": "aah.integrations.hf.search.signals",
     "Output": "aah.integrations.hf.search.signals",

@@ -3,7 +3,8 @@
     import aah.hf
 
     model, tokenizer = aah.hf.load_model("path/to/model.gguf")  # a .gguf, a folder or a hub name
-    plan = aah.hf.search_plan(model, kv_fraction=0.3, sinks=4)  # the shipped calibration mix
+    plan = aah.hf.default_plan(model, kv_fraction=0.3, seq_len=2048)  # shipped, cached or searched
+    plan = aah.hf.search_plan(model, kv_fraction=0.3, sinks=4)  # a search of your own
     aah.hf.apply(model, plan)                                    # the plan's windows and sinks
     cache = aah.hf.per_head_cache(model, max_cache_len=4096)     # keeps only what each head reads
     model.generate(ids, cache=cache, max_new_tokens=64)
@@ -30,6 +31,7 @@ from aah.integrations.hf.run.apply_plan import (
 )
 from aah.integrations.hf.run.load import load_model
 from aah.integrations.hf.search.calibration_mix import calibration_mix
+from aah.integrations.hf.search.default_plan import default_plan
 from aah.integrations.hf.search.heal import HealOptions, heal
 from aah.integrations.hf.search.plan_search import search_plan
 from aah.integrations.hf.search.signal_registry import make_signal, register_signal, signal_names
@@ -60,6 +62,7 @@ __all__ = [
     "calibration_mix",
     "current_plan",
     "current_sinks",
+    "default_plan",
     "heal",
     "load_model",
     "make_signal",

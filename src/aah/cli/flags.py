@@ -80,3 +80,36 @@ def int_list(
     if not values or min(values) < minimum:
         raise ValueError(f"{flag} must be ints >= {minimum}, got {text!r}")
     return values
+
+
+def add_default_plan(p: argparse.ArgumentParser) -> None:
+    """`--kv-fraction F [--plan-length T]`: a Hugging Face model's default plan instead of
+    `--plan FILE` (shipped, cached, else searched once and cached)."""
+    p.add_argument(
+        "--kv-fraction", type=float, metavar="F",
+        help="instead of --plan: the model's default plan keeping F of its full KV cache's bytes "
+        "(shipped for SmolLM2-135M and Gemma 3 270M at T=2048 and 4096, F 0.3 and 0.5 where "
+        "searched; else cached from an earlier search; else searched now, minutes, and cached)",
+    )  # fmt: skip
+    p.add_argument(
+        "--plan-length", type=int, default=2048, metavar="T",
+        help="with --kv-fraction: the context length T the default plan is for (default 2048)",
+    )  # fmt: skip
+
+
+def check_default_plan(
+    plan: str | None, kv_fraction: float | None, plan_length: int, context: str = ""
+) -> None:
+    """Exactly one of --plan and --kv-fraction, each in range; ValueError naming the fix
+    (after `context`, what the command knows of its target)."""
+    if plan is not None and kv_fraction is not None:
+        raise ValueError("give --plan FILE or --kv-fraction F, not both")
+    if plan is None and kv_fraction is None:
+        raise ValueError(
+            f"{context}a Hugging Face model runs with a plan: give --plan FILE (from `aah plan "
+            "search`) or --kv-fraction F (its default plan at that share of the KV cache, e.g. 0.3)"
+        )
+    if kv_fraction is not None and not 0 < kv_fraction <= 1:
+        raise ValueError(f"--kv-fraction must be in (0, 1], got {kv_fraction}")
+    if plan_length < 2:
+        raise ValueError(f"--plan-length must be >= 2, got {plan_length}")

@@ -49,9 +49,11 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     add_prompt_arguments(p)
     p.add_argument(
         "--plan", metavar="FILE",
-        help="a plan file (aah plan search, aah plan export): its windows and sinks; required "
-        "for a Hugging Face model, default for a run its last plan in force",
+        help="a plan file (aah plan search, aah plan heal, aah plan export): its windows and "
+        "sinks (and a healed plan's parameters); a Hugging Face model needs it or "
+        "--kv-fraction, a run defaults to its last plan in force",
     )  # fmt: skip
+    flags.add_default_plan(p)
     p.add_argument("--max-new-tokens", type=int, default=256, metavar="N",
                    help="tokens to generate (default 256; a run's tokens are bytes), per "
                    "question with --question; prompt + N <= the model's positions")  # fmt: skip

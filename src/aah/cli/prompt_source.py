@@ -90,8 +90,13 @@ def prompt_label(args: argparse.Namespace, prompts: Any = None) -> str:
 
 def check_run_dir_prompt(args: argparse.Namespace) -> None:
     """A run's model reads bytes and has no chat template: only --raw continuation."""
-    for flag, given in (("--chat", args.chat), ("--system", args.system is not None),
-                        ("--question", bool(args.question))):  # fmt: skip
+    given_flags = {
+        "--chat": args.chat,
+        "--system": args.system is not None,
+        "--question": bool(args.question),
+        "--kv-fraction": getattr(args, "kv_fraction", None) is not None,
+    }
+    for flag, given in given_flags.items():
         if given:
             raise ValueError(
                 f"{flag} is for a Hugging Face model with a chat template; {args.target!r} is a "

@@ -46,8 +46,10 @@ def add_chat_arguments(p: argparse.ArgumentParser) -> None:
         help="a Hugging Face chat model: a transformers folder, a GGUF file or a hub name "
         "(needs aah-attention[hf]); its tokenizer must carry a chat template",
     )  # fmt: skip
-    p.add_argument("--plan", required=True, metavar="FILE",
-                   help="a plan file (aah plan search): its windows and sinks")  # fmt: skip
+    p.add_argument("--plan", metavar="FILE",
+                   help="a plan file (aah plan search, aah plan heal): its windows, sinks and "
+                   "any healed parameters; or --kv-fraction")  # fmt: skip
+    flags.add_default_plan(p)
     p.add_argument("--system", metavar="TEXT", help="a system turn before the first user turn")
     p.add_argument("--max-new-tokens", type=int, default=256, metavar="N",
                    help="tokens per reply at most (default 256)")  # fmt: skip
@@ -70,7 +72,7 @@ def run_chat(
     """Read turns from `stdin`, stream replies to `out`, status lines to `err` (module
     docstring). Bad arguments raise ValueError before the model loads where its files allow."""
     from aah.cli.generate_cmd import is_run_dir
-    from aah.cli.hf.session import load_planned, preflight, with_tokenizer
+    from aah.cli.hf.session import load_planned, planned, preflight, with_tokenizer
     from aah.cli.hf.stream import sampling_options
 
     out = sys.stdout if out is None else out
@@ -84,6 +86,7 @@ def run_chat(
         )
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    flags.check_default_plan(args.plan, args.kv_fraction, args.plan_length)
     options = sampling_options(args)
     pre = preflight(args)
     chat_context(args.context, pre.positions(), args.max_new_tokens)
@@ -96,7 +99,7 @@ def run_chat(
     model, tokenizer, exact = load_planned(args, pre)
     context = chat_context(args.context, exact.max_positions, args.max_new_tokens)
     _check_template(tokenizer, args)
-    apply(model, pre.plan)
+    apply(model, planned(args, pre, model, tokenizer))
     cache = per_head_cache(model, max_cache_len=context)
     if args.seed is not None:
         import torch

@@ -23,8 +23,9 @@ import argparse
 import time
 from typing import Any, TextIO
 
+from aah.cli import flags
 from aah.cli.hf.prompt import PromptEncoder, Prompts
-from aah.cli.hf.session import load_planned, preflight, with_tokenizer
+from aah.cli.hf.session import load_planned, planned, preflight, with_tokenizer
 from aah.cli.hf.stream import cache_argument, generate, prefill, sampling_options
 from aah.cli.prompt_source import (
     check_mode_flags,
@@ -42,11 +43,8 @@ def run_hf_generate(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: T
     """Load the model, apply the plan, stream the reply or continuation (one per question);
     ValueError before the model loads for anything its files can tell, and before the first
     token for the rest."""
-    if args.plan is None:
-        raise ValueError(
-            f"{args.target!r} is not a run directory; a Hugging Face model generates with "
-            "--plan FILE (from `aah plan search`)"
-        )
+    where = f"{args.target!r} is not a run directory; "
+    flags.check_default_plan(args.plan, args.kv_fraction, args.plan_length, where)
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     check_mode_flags(args)
@@ -72,7 +70,7 @@ def run_hf_generate(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: T
     if prompts is None:
         prompts = _prompts(args, text, tokenizer, exact.vocab_size)
     check_positions(prompts.longest, new, exact.max_positions, prompt_label(args, prompts))
-    apply(model, pre.plan)
+    apply(model, planned(args, pre, model, tokenizer))
     cache = per_head_cache(model, max_cache_len=prompts.longest + new)
     run = Run(model, tokenizer, cache, new, options, args.seed, exact)
     if args.question:

@@ -136,6 +136,12 @@ def add_plan_search_arguments(parser: argparse.ArgumentParser) -> None:
         help="tokens per block the suffix-loss signal scores (default T/16)",
     )  # fmt: skip
     parser.add_argument("--out", required=True, metavar="FILE", help="plan JSON to write")
+    parser.add_argument(
+        "--no-cache", dest="cache", action="store_false",
+        help="search anew: neither return the plan an identical search cached on this machine "
+        "(same model bytes, text, options and version; under $AAH_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/aah, else ~/.cache/aah) nor cache this one",
+    )  # fmt: skip
     parser.add_argument("--heatmap", metavar="PNG", help="also write a layer x head heatmap")
     parser.add_argument(
         "--seq-len", type=int,

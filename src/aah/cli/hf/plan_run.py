@@ -156,7 +156,7 @@ def _search_loaded(
         model, text, budget, kv_budget=kv_budget, suffix=args.suffix,
         signal=args.signal.split(",") if "," in args.signal else args.signal,
         whole_layers=args.whole_layers, choose=args.choose, refine=args.refine,
-        objective=args.objective, progress=True, **options,
+        objective=args.objective, progress=True, cache=args.cache, **options,
     )  # fmt: skip
     full = full_kv_bytes(limits.kv, t)
     sinks = max((s for row in plan.sinks or [[0]] for s in row), default=0)

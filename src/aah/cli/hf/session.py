@@ -27,7 +27,7 @@ class Preflight:
     model's limits from its files (None for a hub name) and the tokenizer (`known`: loaded by
     `with_tokenizer`, None for a model without one; a hub name's is known once it loads)."""
 
-    plan: Any
+    plan: Any  # None: the model's default plan, found once it loads (`planned`)
     limits: ModelLimits | None
     tokenizer: Any | None
     known: bool
@@ -46,9 +46,10 @@ def preflight(args: argparse.Namespace) -> Preflight:
     from aah.plan import WindowPlan
 
     check_model(args.target)
-    plan = WindowPlan.load(args.plan)
+    plan = WindowPlan.load(args.plan) if args.plan is not None else None  # else the default
     limits = preview_limits(args.target)
-    check_plan_shape(plan.windows, limits, args.plan)
+    if plan is not None:
+        check_plan_shape(plan.windows, limits, args.plan)
     check_tokenizer(limits, args.target)
     resolve_device(args.device, "--device")
     if args.threads:
@@ -75,5 +76,18 @@ def load_planned(args: argparse.Namespace, pre: Preflight) -> tuple[Any, Any | N
     given = pre.tokenizer if pre.known else LOAD_TOKENIZER
     model, tokenizer = load_model(args.target, args.device, tokenizer=given)
     exact = model_limits(model, tokenizer)
-    check_plan_shape(pre.plan.windows, exact, args.plan)
+    if pre.plan is not None:
+        check_plan_shape(pre.plan.windows, exact, args.plan)
     return model, tokenizer, exact
+
+
+def planned(args: argparse.Namespace, pre: Preflight, model: Any, tokenizer: Any) -> Any:
+    """The plan to run: --plan's, else the model's default plan at --kv-fraction and
+    --plan-length (`aah.hf.default_plan`: shipped, cached, else searched with its progress and
+    cached), capped at the model's positions."""
+    if pre.plan is not None:
+        return pre.plan
+    from aah.integrations.hf.search.default_plan import default_plan
+
+    return default_plan(model, args.kv_fraction, args.plan_length, tokenizer=tokenizer,
+                        progress=True)  # fmt: skip

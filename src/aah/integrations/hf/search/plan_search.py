@@ -188,6 +188,7 @@ def search_plan(
     progress: bool | None = None,
     sample_queries: int | None = None,
     suffix: int | None = None,
+    cache: bool = False,
 ) -> WindowPlan:
     """Measure a signal on `calib`, allocate windows per KV head (module docstring), and
     (with `choose`, the default) keep the candidate plan the model itself does best with.
@@ -253,7 +254,13 @@ def search_plan(
             rows (a shorthand for their own option; default theirs, 64).
         suffix: the tokens per block the "suffix-loss" signal scores (default T // 16); a
             shorthand for `SuffixLoss(suffix=...)`.
+        cache: return the plan a search of the same model, text and options has cached, and
+            cache the plan this search finds (`hf.search.plan_cache`; says so on stderr).
     """
+    if cache:  # every argument but the model, its text and how progress shows is in the key
+        options = {k: v for k, v in locals().items()
+                   if k not in ("model", "calib", "tokenizer", "progress", "cache")}  # fmt: skip
+        return _cached_search(model, calib, tokenizer, progress, options)
     tokenizer = resolve_tokenizer(model, tokenizer)  # the one `load_model` tied, if not given
     if progress is None:
         progress = sys.stderr.isatty()
@@ -312,6 +319,40 @@ def search_plan(
     return judged(model, plans, windows, held_out, in_sample=held_out is batches,
                   objective=objective, refine=refine, budget_of=budget_of, seed=seed,
                   tokenizer=tokenizer, progress=progress)  # fmt: skip
+
+
+def cache_key(model: torch.nn.Module, calib: Any, tokenizer: Any, options: dict) -> dict:
+    """What a search's plan depends on (`hf.search.plan_cache`): the model's bytes and config,
+    the text, the tokenizer, T, every option of `search_plan` and the package version."""
+    import aah
+    from aah.integrations.hf.search.plan_cache import model_fingerprint, text_fingerprint
+
+    tok = resolve_tokenizer(model, tokenizer)
+    return {
+        "model": model_fingerprint(model),
+        "text": text_fingerprint(calib),
+        "tokenizer": None if tok is None else [type(tok).__name__, len(tok)],
+        "positions": model_positions(model, options.get("seq_len")),
+        "options": {k: repr(v) if isinstance(v, Signal) else v for k, v in options.items()},
+        "version": aah.__version__,
+    }
+
+
+def _cached_search(
+    model: torch.nn.Module, calib: Any, tokenizer: Any, progress: bool | None, options: dict
+) -> WindowPlan:
+    """`search_plan(model, calib, **options)` through the plan cache."""
+    from aah.integrations.hf.search.plan_cache import entry_path, load_cached, store
+
+    key = cache_key(model, calib, tokenizer, options)
+    hit = load_cached(key)
+    if hit is not None:
+        print(f"plan from the cache: {entry_path(key)} (cache=False or --no-cache searches "
+              "anew)", file=sys.stderr)  # fmt: skip
+        return hit
+    plan = search_plan(model, calib, tokenizer=tokenizer, progress=progress, **options)
+    store(key, plan)
+    return plan
 
 
 def _held_out(
