@@ -166,7 +166,7 @@ def test_the_minutes_cap_stops_after_the_step_in_progress():
     refs = [heal_module.FullReference.of(model, [ids(seed)]) for seed in (0, 1)]
     hf.apply(model, cut_plan(model))
     params = trainable(model, ("temperature",), [0, 1])
-    opts = HealOptions(steps=50, minutes=1e-9, eval_every=10)
+    opts = HealOptions(kinds=("temperature",), steps=50, minutes=1e-9, eval_every=10)
     record = heal_module._train(model, params, refs[0], refs[1], opts, progress=False)
     assert record["steps"] == 1 and [c["step"] for c in record["curve"]] == [0, 1]
     hf.remove(model)

@@ -37,9 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--steps", type=int, default=200, help="training steps at most (200)")
     parser.add_argument(
-        "--params", default="temperature", metavar="KINDS",
-        help="what to learn, comma-separated: 'temperature' (default; one per query head of "
-        "the cut layers) and/or 'lora' (low-rank updates of their q, k, v and o projections)",
+        "--params", default="lora", metavar="KINDS",
+        help="what to learn, comma-separated: 'lora' (default; low-rank updates of the q, k, v "
+        "and o projections of the layers the plan cuts; not GPT-2's fused projections) and/or "
+        "'temperature' (one per query head of those layers)",
     )  # fmt: skip
     parser.add_argument("--rank", type=int, default=4, help="LoRA rank (with --params lora)")
     parser.add_argument(

@@ -138,7 +138,10 @@ def _wrap(module: torch.nn.Module, projection: str, rank: int, name: str) -> Any
         ) from None
     base = getattr(module, projection, None)
     if not isinstance(base, torch.nn.Linear):
-        raise ValueError(f"{name}: the attention module has no linear {projection!r}")
+        raise ValueError(
+            f"{name}: the attention module has no linear {projection!r} (GPT-2 fuses its "
+            "projections): heal it with the temperature alone"
+        )
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ValueError(f"LoRA rank must be an int >= 1, got {rank!r}")
     config = LoraConfig(r=rank, lora_alpha=rank, lora_dropout=0.0)
