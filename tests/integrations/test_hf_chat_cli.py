@@ -206,6 +206,6 @@ def test_chat_status_counts_the_bytes_of_both_caches(chat, capsys, monkeypatch):
 
 def test_the_readme_names_the_three_commands() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Long inputs and chat", 1)[1].split("\n## ", 1)[0]
-    for command in ("aah plan search", "--prompt-file", "--question", "aah chat"):
+    section = readme.split("## A pretrained model", 1)[1].split("\n## ", 1)[0]
+    for command in ("aah plan search", "--prompt-file", "--question", "aah chat", "aah plan heal"):
         assert command in section, command

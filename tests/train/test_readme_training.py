@@ -1,5 +1,5 @@
-"""The README's "Training from Python" example runs as written, but for its size: the same
-calls, on the tests' tiny corpus, a few steps, into a temporary folder."""
+"""The README's "Train a model with per-head windows" example runs as written, but for its size:
+the same calls, on the tests' tiny corpus, a few steps, into a temporary folder."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def example() -> str:
-    section = README.read_text(encoding="utf-8").split("## Training from Python", 1)[1]
+    section = README.read_text(encoding="utf-8").split("## Train a model with per-head windows", 1)[
+        1
+    ]
     return section.split("```python", 1)[1].split("```", 1)[0]
 
 

@@ -49,7 +49,7 @@ from aah.plan import HEAL_KEY, WindowPlan
 from aah.validate import check_int
 
 #: what `heal` learns when not told: LoRA lowered SmolLM2's held-out KL by 27% in 12 minutes,
-#: a per-head temperature by 15% (docs/pretrained.md, "Healing the default plan")
+#: a per-head temperature by 15% (results/pretrained/LOG.md, "Healing the default plan")
 DEFAULT_KINDS = ("lora",)
 #: Adam's learning rate per kind: a log-temperature moves in tenths, LoRA's B from zero
 LEARNING_RATES = {"temperature": 2e-2, "lora": 1e-3}

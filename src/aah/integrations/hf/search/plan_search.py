@@ -331,11 +331,18 @@ def cache_key(model: torch.nn.Module, calib: Any, tokenizer: Any, options: dict)
     return {
         "model": model_fingerprint(model),
         "text": text_fingerprint(calib),
-        "tokenizer": None if tok is None else [type(tok).__name__, len(tok)],
+        "tokenizer": None if tok is None else _tokenizer_id(tok),
         "positions": model_positions(model, options.get("seq_len")),
         "options": {k: repr(v) if isinstance(v, Signal) else v for k, v in options.items()},
         "version": aah.__version__,
     }
+
+
+def _tokenizer_id(tok: Any) -> list:
+    """What tells tokenizers apart in a key (the text's hash covers the rest): its class, its
+    vocabulary size and its length with added tokens, where it has them."""
+    size = len(tok) if hasattr(tok, "__len__") else None
+    return [type(tok).__name__, getattr(tok, "vocab_size", None), size]
 
 
 def _cached_search(
