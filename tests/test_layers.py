@@ -30,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
         "atomic",
         "plan",
     },
-    "integrations": {"attention", "choices", "controller", "model", "plan", "validate"},
+    "integrations": {"atomic", "attention", "choices", "controller", "model", "plan", "validate"},
     "hf": {"integrations", "plan"},
 }
 BELOW_CLI = set(TOP) - {"cli", "bench", "__main__"}
