@@ -145,3 +145,30 @@ def test_a_confirmation_scores_later_blocks_with_the_plans_named(tmp_path) -> No
         study.main([*study_args(folder, later), "--methods", "full,uniform,default"])
     with pytest.raises(ValueError, match="needs full, default and a window"):
         study.main([*study_args(folder, later), "--methods", "full,default"])
+
+
+def test_each_comparison_states_the_smallest_difference_it_decides() -> None:
+    """`detectable` is (t_{1-a/2m} + t_{0.8}) * sd / sqrt(n) over the document means: m = 3
+    kinds for a kind's row (Holm's first step), m = 1 pooled, worked out here by hand."""
+    from types import SimpleNamespace
+
+    from aah.report.stats import t_critical
+
+    kinds = ["python"] * 4 + ["prose"] * 4 + ["c"] * 4
+    blocks = [SimpleNamespace(kind=k, document=f"{k}{i // 2}") for i, k in enumerate(kinds)]
+    full = [1.0] * 12
+    base = [1.5] * 12
+    plan = [1.4, 1.3, 1.2, 1.2, 1.45, 1.35, 1.3, 1.4, 1.1, 1.3, 1.25, 1.15]
+    rows = study.comparison({"full": full, "b": base, "p": plan}, blocks, "p", "b")
+
+    def by_hand(diffs: list[float], family: int) -> float:
+        n, m = len(diffs), sum(diffs) / len(diffs)
+        sd = (sum((d - m) ** 2 for d in diffs) / (n - 1)) ** 0.5
+        return (t_critical(n - 1, 1 - 0.05 / family) + t_critical(n - 1, 0.6)) * sd / n**0.5
+
+    doc_means = [(p1 + p2) / 2 - 1.5 for p1, p2 in zip(plan[::2], plan[1::2], strict=True)]
+    assert rows["python"]["detectable"] == pytest.approx(by_hand(doc_means[:2], 3))
+    assert rows["pooled"]["detectable"] == pytest.approx(by_hand(doc_means, 1))
+    line = study.detectable_line(rows["pooled"], rows["pooled"])
+    assert f"{rows['pooled']['detectable']:.4f} nats" in line
+    assert f"{rows['pooled']['detectable'] / 0.5:.1%}" in line

@@ -123,7 +123,7 @@ def heal(
         progress = sys.stderr.isatty()
     tokenizer = resolve_tokenizer(model, tokenizer)
     t = model_positions(model, seq_len or plan.seq_len)
-    train, held = _blocks(model, text, t, opts, tokenizer)
+    train, held = heal_blocks(model, text, t, opts, tokenizer)
     layers = cut_layers(plan, t, sliding_windows(model))
     if not layers:
         warnings.warn("the plan cuts no layer at this length: nothing to heal", stacklevel=2)
@@ -177,7 +177,7 @@ def cut_layers(plan: WindowPlan, seq_len: int, slides: Sequence[int | None]) -> 
     return out
 
 
-def _blocks(
+def heal_blocks(
     model: torch.nn.Module, text: Any, t: int, opts: HealOptions, tokenizer: Any
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(training blocks, held-out blocks), each (1, T)."""
@@ -208,7 +208,9 @@ def _kl(model: torch.nn.Module, ids: torch.Tensor, rows: torch.Tensor, ref: torc
     return (ref.exp() * (ref - planned)).sum(-1).mean()
 
 
-def _held_out_kl(model: torch.nn.Module, ref: FullReference) -> float:
+def held_out_kl(model: torch.nn.Module, ref: FullReference) -> float:
+    """The mean KL(full || model as it is now) over `ref`'s blocks and rows, nats per token:
+    what the heal judges by (the model's current plan and parameters)."""
     device = next(model.parameters()).device
     with torch.no_grad():
         parts = [
@@ -237,7 +239,7 @@ def _train(
     order: list[int] = []
     device = next(model.parameters()).device
     start = time.monotonic()
-    baseline = _held_out_kl(model, held_ref)
+    baseline = held_out_kl(model, held_ref)
     curve = [{"step": 0, "seconds": 0.0, "held_out_kl": baseline}]
     best_kl, best = baseline, None
     bar = _bar(opts.steps, progress, baseline)
@@ -256,7 +258,7 @@ def _train(
             step += 1
             out_of_time = opts.minutes is not None and time.monotonic() - start > 60 * opts.minutes
             if step % opts.eval_every == 0 or step == opts.steps or out_of_time:
-                kl = _held_out_kl(model, held_ref)
+                kl = held_out_kl(model, held_ref)
                 curve.append(
                     {"step": step, "seconds": round(time.monotonic() - start, 1), "held_out_kl": kl}
                 )
