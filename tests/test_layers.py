@@ -16,7 +16,7 @@ ALLOWED: dict[str, set[str]] = {
     "controller": {"attention", "plan", "records", "textfile", "validate"},
     "eval": {"model", "data", "attention", "controller", "plan"},
     "training": {"model", "data", "controller", "eval", "plan", "records", "atomic", "validate"},
-    "sweep": {"training", "controller", "records", "textfile", "validate"},
+    "sweep": {"training", "controller", "records", "textfile", "validate", "choices"},
     "report": {"records", "sweep", "training", "controller", "data", "attention"},
     "posthoc": {
         "training",

@@ -33,3 +33,7 @@ SearchSignal = Literal["output", "mass", "output+retrieval", "retrieval", "loss"
 BackendName = Literal["reference", "dense", "banded", "grouped", "flex", "flash"]
 #: `model.backend`: an engine, or "auto" to pick the fastest one available.
 BackendChoice = Literal["auto", BackendName]
+
+#: where `aah sweep` runs its cells (aah.sweep.cluster): processes here, Slurm jobs through
+#: submitit, or submitit's local executor.
+SweepExecutor = Literal["local", "slurm", "submitit-local"]

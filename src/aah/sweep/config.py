@@ -12,6 +12,9 @@ a `[sweep]` table that only `aah sweep` reads:
     "controller.policy" = "budget"
     "controller.budget" = 0.5
 
+    [slurm]                         # optional: sbatch settings for `--executor slurm`
+    account = "lab"                 # (aah.sweep.cluster; passed to submitit as they are)
+
 A regime is a policy name (controller.policy) or a variant (dotted overrides). A seed sets
 both train.seed and controller.seed, so every regime sees the same data order and init. In a
 variant's text values, "{seed}" becomes the cell's seed (e.g. a plan file per seed:
@@ -61,6 +64,8 @@ class SweepConfig:
     seeds: list[int]
     base: RunConfig
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the suite's `[slurm]` table, for a submitit executor (`aah.sweep.cluster` checks it)
+    slurm: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_toml(cls, path: str | Path) -> SweepConfig:
@@ -78,6 +83,9 @@ class SweepConfig:
                 f"[sweep]: unknown key(s) {', '.join(map(repr, unknown))}; "
                 f"known: {', '.join(SWEEP_KEYS)}"
             )
+        slurm = data.pop("slurm", {})
+        if not isinstance(slurm, dict):
+            raise ValueError(f"{str(path)!r}: [slurm] must be a table, got {slurm!r}")
         base = RunConfig.from_dict(data, source=str(path))
         sweep = cls(
             name=table.get("name", path.stem),
@@ -85,6 +93,7 @@ class SweepConfig:
             seeds=table.get("seeds", [0, 1, 2]),
             base=base,
             variants=table.get("variants", {}),
+            slurm=slurm,
         )
         return sweep.validate()
 

@@ -8,6 +8,13 @@ cell runs in its own process (aah.sweep.cell_process), so peak RSS and thread se
 per cell, and up to `jobs` cells run at once. A cell that replays another cell's plans
 (`controller.replay_from`, the replay policies) starts only once that cell
 has finished; the others go on meanwhile.
+
+With a submitit executor (`aah.sweep.cluster`: Slurm, or submitit's local executor) each cell
+is a job instead (`aah.sweep.cell_job`), with the same run directory, summary and CSV row. The
+sweep holds a replay cell back until its source has finished (no Slurm dependency), submits a
+cell again when its job ended without finishing it (killed, preempted, cancelled; it resumes
+from its checkpoint), and on a stop or a failure leaves its jobs running and says how to cancel
+them; a rerun finds a job still running and waits for it rather than submitting it twice.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from pathlib import Path
 from aah import records
 from aah.controller.config import REPLAY_POLICIES
 from aah.controller.options import ReplayOptions
+from aah.sweep.cell_job import RESUBMITS, STOPPED, SUBMITIT, SubmittedCell, job_alive, read_job
 from aah.sweep.cell_process import CELL, LOG, CellProcess
+from aah.sweep.cluster import ClusterOptions
 from aah.sweep.config import Cell, SweepConfig
 from aah.sweep.git_commit import commit_paths
 from aah.sweep.results import row_from_summary, write_csv
@@ -41,6 +50,8 @@ class SweepOutcome:
     finished: int
     total: int
     interrupted: bool
+    #: submitted jobs still running when the sweep returned: how to cancel each
+    left_running: tuple[str, ...] = ()
 
 
 def cell_dir(out: Path, sweep: SweepConfig, cell: Cell) -> Path:
@@ -109,7 +120,7 @@ def check_sources(todo: list[Cell], out: Path, sweep: SweepConfig) -> None:
             )
 
 
-def _next_ready(todo: list[Cell], running: list[CellProcess]) -> Cell | None:
+def _next_ready(todo: list[Cell], running: list[Running]) -> Cell | None:
     """The first cell in grid order whose replay source (if any) has finished and exited."""
     busy = {proc.run_dir.resolve() for proc in running}
     for cell in todo:
@@ -119,28 +130,79 @@ def _next_ready(todo: list[Cell], running: list[CellProcess]) -> Cell | None:
     return None
 
 
+Running = CellProcess | SubmittedCell
+
+
+class _Launcher:
+    """Starts cells where the executor says: local child processes, or submitit jobs."""
+
+    def __init__(self, cluster: ClusterOptions, suite_dir: Path, progress: bool) -> None:
+        self.cluster, self.suite_dir, self.progress = cluster, suite_dir, progress
+        self.executor = cluster.executor_for(suite_dir / SUBMITIT) if cluster.submitted else None
+        self.submits: dict[str, int] = {}
+
+    def start(self, cell: Cell, run_dir: Path, slot: int, attach: dict | None = None) -> Running:
+        if self.executor is None:
+            return CellProcess(cell, run_dir, progress=self.progress, slot=slot)
+        if attach is None:
+            self.submits[cell.name] = self.submits.get(cell.name, 0) + 1
+        return SubmittedCell(cell, run_dir, executor=self.executor, kind=self.cluster.executor,
+                             gpus=self.cluster.gpus_per_cell, progress=self.progress, slot=slot,
+                             attach=attach)  # fmt: skip
+
+    def still_running(self, todo: list[Cell]) -> list[tuple[Cell, dict]]:
+        """Cells whose job, submitted by an earlier sweep, has not ended: to wait for."""
+        if self.executor is None:
+            return []
+        found = []
+        for cell in todo:
+            record = read_job(self.suite_dir, cell)
+            if (
+                record
+                and record.get("executor") == self.cluster.executor
+                and job_alive(self.suite_dir, record)
+            ):
+                found.append((cell, record))
+        return found
+
+    def may_resubmit(self, proc: Running, code: int) -> bool:
+        """A job that ended without finishing its cell (killed, preempted, cancelled) is
+        submitted again, up to RESUBMITS times per sweep; it resumes from its checkpoint."""
+        return (
+            isinstance(proc, SubmittedCell)
+            and code in (STOPPED, -1)
+            and self.submits.get(proc.cell.name, 0) <= RESUBMITS
+        )
+
+
 def run_sweep(
     sweep: SweepConfig,
     out: Path,
     *,
     progress: bool = True,
     commit: bool = False,
-    jobs: int = 1,
+    jobs: int | None = 1,
+    cluster: ClusterOptions | None = None,
 ) -> SweepOutcome:
-    """Run every unfinished cell in grid order, up to `jobs` at a time; rewrite the CSV as
-    each one finishes (and with `commit`, commit the cell's folder and the CSV:
-    aah.sweep.git_commit). A failed cell stops the others (they checkpoint) and raises
-    CellFailed; Ctrl-C or SIGTERM stops them all the same way and returns interrupted."""
+    """Run every unfinished cell in grid order, up to `jobs` at a time (None: 1 locally, every
+    cell with a submitit executor); rewrite the CSV as each one finishes (and with `commit`,
+    commit the cell's folder and the CSV: aah.sweep.git_commit). A failed cell stops the
+    others (local ones checkpoint; submitted jobs run on) and raises CellFailed; Ctrl-C or
+    SIGTERM stops them the same way and returns interrupted."""
     from tqdm import tqdm
 
+    cluster = (cluster or ClusterOptions()).check()
+    cells = sweep.cells()
+    if jobs is None:
+        jobs = len(cells) if cluster.submitted else 1
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
-    cells = sweep.cells()
     for cell in cells:
         check_unchanged(cell, cell_dir(out, sweep, cell))
     csv_path = out / f"{sweep.name}.csv"
     todo = [c for c in cells if not is_finished(cell_dir(out, sweep, c))]
     check_sources(todo, out, sweep)
+    launcher = _Launcher(cluster, out / sweep.name, progress)
     done = len(cells) - len(todo)
     write_csv(csv_path, collect_rows(out, sweep))
     grid = tqdm(
@@ -148,8 +210,12 @@ def run_sweep(
         disable=not progress, position=0,
     )  # fmt: skip
     say = grid.write if progress else lambda line: print(line, flush=True)
-    running: list[CellProcess] = []
-    failed: tuple[CellProcess, int] | None = None  # (the cell's process, its exit code)
+    running: list[Running] = []
+    for cell, record in launcher.still_running(todo):
+        todo.remove(cell)
+        running.append(launcher.start(cell, cell_dir(out, sweep, cell), len(running), record))
+        say(f"{sweep.name}: {cell.name} still running as job {record['job_id']}: waiting for it")
+    failed: tuple[Running, int] | None = None  # (the cell's process or job, its exit code)
     interrupted = False
     try:
         with _sigterm_as_interrupt():
@@ -162,10 +228,11 @@ def run_sweep(
                     if cell is None:  # every cell left waits for a running source
                         break
                     todo.remove(cell)
-                    slot = min(set(range(jobs)) - {p.slot for p in running})
-                    run_dir = cell_dir(out, sweep, cell)
-                    running.append(CellProcess(cell, run_dir, progress=progress, slot=slot))
-                    say(f"{sweep.name}: {cell.name} started")
+                    slot = min(set(range(jobs + len(running))) - {p.slot for p in running})
+                    proc = launcher.start(cell, cell_dir(out, sweep, cell), slot)
+                    running.append(proc)
+                    job = f" as job {proc.job_id}" if isinstance(proc, SubmittedCell) else ""
+                    say(f"{sweep.name}: {cell.name} started{job}")
                 grid.set_postfix_str(", ".join(p.cell.name for p in running))
                 time.sleep(POLL_S)
                 for proc in list(running):
@@ -175,8 +242,12 @@ def run_sweep(
                         continue
                     running.remove(proc)
                     proc.close()
-                    if code == 130:  # the trainer itself was stopped
-                        interrupted = True
+                    if launcher.may_resubmit(proc, code) and not is_finished(proc.run_dir):
+                        say(f"{sweep.name}: {proc.cell.name}'s job {proc.job_id} ended before "
+                            "the cell finished: submitting it again (it resumes)")  # fmt: skip
+                        todo.insert(0, proc.cell)
+                    elif code == STOPPED and not isinstance(proc, SubmittedCell):
+                        interrupted = True  # the trainer itself was stopped
                     elif code != 0 or not is_finished(proc.run_dir):
                         failed = (proc, code)
                     else:
@@ -190,10 +261,14 @@ def run_sweep(
         for proc in running:  # a stop, a failure elsewhere, or an unexpected error
             proc.close()
         grid.close()
+    left = tuple(p.cancel_hint() for p in running if isinstance(p, SubmittedCell))
     if failed is not None:
         proc, code = failed
-        raise CellFailed(f"cell {proc.cell.name} failed (exit {code}); see {proc.run_dir / LOG}")
-    return SweepOutcome(csv_path, done, len(cells), interrupted)
+        also = f"; jobs still running: {', '.join(left)}" if left else ""
+        raise CellFailed(
+            f"cell {proc.cell.name} failed (exit {code}); see {proc.run_dir / LOG}{also}"
+        )
+    return SweepOutcome(csv_path, done, len(cells), interrupted, left)
 
 
 def _land(run_dir: Path, out: Path, sweep: SweepConfig, csv_path: Path, commit: bool) -> None:

@@ -115,6 +115,7 @@ class RunConfig:
         except OSError as err:
             raise ValueError(f"config file {str(path)!r} cannot be read: {err.strerror}") from None
         data.pop("sweep", None)  # a suite file's grid, read only by `aah sweep`
+        data.pop("slurm", None)  # and its sbatch settings (`aah sweep --executor slurm`)
         return cls.from_dict(data, source=str(path))
 
     def set(self, dotted: str, value: Any, *, from_text: bool = True) -> None:
