@@ -214,3 +214,30 @@ def test_the_slurm_settings_reach_the_sbatch_script(tmp_path, monkeypatch):
     for line in ("--partition=gpu", "--time=30", "--gpus-per-node=2", "--cpus-per-task=4",
                  "--account=lab", "--mem=32G", "--nodes=1", "--ntasks-per-node=1"):  # fmt: skip
         assert f"#SBATCH {line}\n" in script, line
+
+
+def test_a_timed_out_job_checkpoints_and_its_requeued_job_resumes(tmp_path, tiny_corpus):
+    """submitit calls `CellJob.checkpoint` when a job times out or is preempted: the trainer
+    checkpoints and stops, and the job it returns (requeued by submitit) resumes the cell to
+    the uninterrupted result."""
+    pytest.importorskip("submitit")
+    sweep = SweepConfig.from_toml(suite_file(tmp_path, tiny_corpus, regimes=("budget",), steps=40))
+    cell, run_dir = sweep.cells()[0], tmp_path / "cut"
+    job = CellJob(cell, run_dir)
+    codes: list[int] = []
+    worker = threading.Thread(target=lambda: codes.append(job()))
+    worker.start()
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run_dir / records.CHECKPOINT).exists():
+        time.sleep(0.1)
+    requeued = job.checkpoint()
+    worker.join(timeout=120)
+    assert codes == [130] and not (run_dir / records.SUMMARY).exists()
+    assert requeued.function is not job and requeued.function.run_dir == run_dir
+    assert requeued.function() == 0
+    assert "--resume" in (run_dir / "train.log").read_text()
+    whole = tmp_path / "whole"
+    assert CellJob(cell, whole)() == 0
+    cut_summary, whole_summary = (records.read_json(d / records.SUMMARY) for d in (run_dir, whole))
+    for key in ("val_loss", "val_bpb", "acr", "causal_coverage", "tokens", "steps"):
+        assert cut_summary[key] == whole_summary[key], key
