@@ -169,9 +169,10 @@ def eval_model(args: argparse.Namespace) -> None:
     from aah.controller.allocate import Budget
     from aah.integrations import hf
     from aah.integrations.hf.run.model_layout import kv_shape
+    from aah.integrations.hf.search.calibration_text import calibration_batches
     from aah.integrations.hf.search.cut_loss import measure_loss_costs
     from aah.integrations.hf.search.plan_allocation import plan_from_costs
-    from aah.integrations.hf.search.plan_search import calibration_batches, search_plan
+    from aah.integrations.hf.search.plan_search import search_plan
 
     torch.set_num_threads(args.threads)
     model = LlamaForCausalLM.from_pretrained(args.model).eval()

@@ -182,3 +182,22 @@ def test_bad_options_are_refused_by_name():
     model = tiny_model("llama")
     with pytest.raises(ValueError, match="blocks"):
         heal(model, cut_plan(model), [ids(0, T + 1)[0].tolist()], options=QUICK, progress=False)
+
+
+def test_search_plan_with_heal_is_the_search_then_the_heal_on_the_same_text(monkeypatch):
+    from aah.integrations.hf.search import plan_search
+
+    model = tiny_model("llama", max_position_embeddings=256)
+    search = {"seq_len": T, "candidates": [4, 8, 16, T], "sinks": 0, "choose": False}
+    searched = plan_search.search_plan(model, text(), 0.3, **search)
+    healed = plan_search.search_plan(model, text(), 0.3, heal=QUICK, **search)
+    assert (healed.windows, healed.sinks) == (searched.windows, searched.sinks)
+    by_hand = heal(model, searched, text(), options=QUICK, progress=False)
+    assert healed.params and healed.params.keys() == by_hand.params.keys()
+    for name, value in healed.params.items():  # the same seeded heal, bit for bit
+        assert torch.equal(value, by_hand.params[name]), name
+    assert healed.info["heal"]["steps"] == by_hand.info["heal"]["steps"]
+    # A bad value fails before anything is measured.
+    monkeypatch.setattr(plan_search, "calibration_batches", lambda *a, **k: pytest.fail("ran"))
+    with pytest.raises(ValueError, match="heal must be True, False or a HealOptions"):
+        plan_search.search_plan(model, text(), 0.3, heal="yes", **search)

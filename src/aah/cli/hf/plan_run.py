@@ -147,7 +147,7 @@ def _search_loaded(
     }  # fmt: skip
     text: Any = texts.items["text"][2] if "text" in texts.items else None
     if text is None:  # the shipped mix, cut at T: what `search_plan` reads when given no text
-        from aah.integrations.hf.search.plan_search import HELD_OUT_BLOCKS, MIX_BLOCKS
+        from aah.integrations.hf.search.calibration_text import HELD_OUT_BLOCKS, MIX_BLOCKS
 
         held = f", and {HELD_OUT_BLOCKS} more to judge plans on" if args.choose else ""
         print(f"calibrating on the shipped mix: {args.max_batches or MIX_BLOCKS} blocks of {t} "
@@ -173,7 +173,7 @@ def _search_loaded(
     if "refine" in info:
         summary["refined"] = [move for move, _ in info["refine"]["steps"][1:]]
     if args.heldout:
-        from aah.integrations.hf.search.plan_search import shipped_mix
+        from aah.integrations.hf.search.calibration_text import shipped_mix
 
         heldout = texts.items["heldout"][2]
         sweep_text = (
@@ -276,7 +276,7 @@ def _apply_loaded(
     from aah.attention import coverage
     from aah.attention.kv_bytes import full_kv_bytes, plan_kv_bytes
     from aah.integrations.hf import applied
-    from aah.integrations.hf.search.plan_search import calibration_batches
+    from aah.integrations.hf.search.calibration_text import calibration_batches
     from aah.integrations.hf.search.sweep import perplexity
 
     batches = calibration_batches(

@@ -24,8 +24,9 @@ from typing import Any
 
 import torch
 
+from aah.integrations.hf.search.calibration_text import model_positions
 from aah.integrations.hf.search.plan_cache import model_fingerprint
-from aah.integrations.hf.search.plan_search import model_positions, search_plan
+from aah.integrations.hf.search.plan_search import search_plan
 from aah.plan import WindowPlan
 
 SHIPPED = Path(__file__).with_name("shipped")

@@ -37,14 +37,14 @@ from aah.integrations.hf.run.apply_plan import apply, current_plan, current_sink
 from aah.integrations.hf.run.heal_params import KINDS, install, installed, trainable, uninstall
 from aah.integrations.hf.run.load import resolve_tokenizer
 from aah.integrations.hf.run.model_layout import layout, sliding_windows
-from aah.integrations.hf.search.plan_choice import FullReference
-from aah.integrations.hf.search.plan_search import (
+from aah.integrations.hf.search.calibration_text import (
     HELD_OUT_BLOCKS,
     MIX_BLOCKS,
     calibration_batches,
     model_positions,
     shipped_mix,
 )
+from aah.integrations.hf.search.plan_choice import FullReference
 from aah.plan import HEAL_KEY, WindowPlan
 from aah.validate import check_int
 

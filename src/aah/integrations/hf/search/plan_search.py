@@ -58,9 +58,16 @@ from aah.controller.allocate import (
     check_whole_layers,
     uniform_window,
 )
-from aah.integrations.hf.run.data import TextLike, token_batches
+from aah.integrations.hf.run.data import TextLike
 from aah.integrations.hf.run.load import resolve_tokenizer
 from aah.integrations.hf.run.model_layout import kv_shape, layout, sliding_windows
+from aah.integrations.hf.search.calibration_text import (
+    HELD_OUT_BLOCKS,
+    MIX_BLOCKS,
+    calibration_batches,
+    model_positions,
+    shipped_mix,
+)
 from aah.integrations.hf.search.plan_allocation import allocations
 from aah.integrations.hf.search.plan_candidates import variants
 from aah.integrations.hf.search.search_choice import check_objective, judged, uniform_candidates
@@ -69,11 +76,6 @@ from aah.integrations.hf.search.signals import SearchContext, Signal
 from aah.plan import WindowPlan
 from aah.validate import check_int
 
-DEFAULT_SEQ_LEN = 512
-#: blocks of the shipped mix a search reads when given no text
-MIX_BLOCKS = 8
-#: further blocks of the mix the choice judges candidate plans on
-HELD_OUT_BLOCKS = 4
 #: search-wide options passed to the signals that take them (ignored by the others)
 SHARED_OPTIONS = ("sample_queries",)
 
@@ -89,48 +91,6 @@ def check_signal(signal: str) -> str:
     if signal not in signal_names():
         raise ValueError(f"signal must be one of {', '.join(signal_names())}, got {signal!r}")
     return signal
-
-
-def model_positions(model: torch.nn.Module, seq_len: int | None) -> int:
-    """`seq_len` (default `DEFAULT_SEQ_LEN`) capped by the model's maximum position count."""
-    config = model.config
-    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    t = seq_len or DEFAULT_SEQ_LEN
-    return min(t, int(limit)) if limit is not None else t
-
-
-def shipped_mix(
-    model: torch.nn.Module, tokenizer: Any | None, seq_len: int | None, n_blocks: int
-) -> list[list[int]]:
-    """`n_blocks` blocks of the shipped calibration mix (`hf.search.calibration_mix`) at the T a
-    search of `seq_len` runs at, read with `tokenizer` (bytes for a byte-level model)."""
-    from aah.integrations.hf.search.calibration_mix import calibration_mix
-
-    vocab = getattr(model.config, "vocab_size", None)
-    t = model_positions(model, seq_len)
-    return calibration_mix(tokenizer, seq_len=t, n_blocks=n_blocks, vocab_size=vocab)
-
-
-def calibration_batches(
-    model: torch.nn.Module,
-    data: TextLike,
-    *,
-    seq_len: int | None = None,
-    batch_size: int = 1,
-    max_batches: int | None = None,
-    tokenizer: Any | None = None,
-) -> list[torch.Tensor]:
-    """`data` as token batches for `model`, T capped by its maximum position count."""
-    t = model_positions(model, seq_len)
-    vocab = getattr(model.config, "vocab_size", None)
-    return token_batches(
-        data,
-        t,
-        batch_size=batch_size,
-        tokenizer=tokenizer,
-        vocab_size=vocab,
-        max_batches=max_batches,
-    )
 
 
 def search_budget(
@@ -189,6 +149,7 @@ def search_plan(
     sample_queries: int | None = None,
     suffix: int | None = None,
     cache: bool = False,
+    heal: bool | Any = False,
 ) -> WindowPlan:
     """Measure a signal on `calib`, allocate windows per KV head (module docstring), and
     (with `choose`, the default) keep the candidate plan the model itself does best with.
@@ -256,7 +217,15 @@ def search_plan(
             shorthand for `SuffixLoss(suffix=...)`.
         cache: return the plan a search of the same model, text and options has cached, and
             cache the plan this search finds (`hf.search.plan_cache`; says so on stderr).
+        heal: True or a `HealOptions`: heal the plan found (`hf.search.heal`) on the same text
+            (the shipped mix past the blocks the search read, or the user's text), at its T;
+            the healed plan comes back, or the searched one where healing does not lower the
+            held-out KL. The cache holds the searched plan; the heal runs every time.
     """
+    if heal is not False:  # the search as asked, then the heal
+        options = {k: v for k, v in locals().items() if k != "heal"}
+        how = _heal_options(heal)  # a bad value fails before the search
+        return _heal_found(search_plan(**options), how, options)
     if cache:  # every argument but the model, its text and how progress shows is in the key
         options = {k: v for k, v in locals().items()
                    if k not in ("model", "calib", "tokenizer", "progress", "cache")}  # fmt: skip
@@ -319,6 +288,24 @@ def search_plan(
     return judged(model, plans, windows, held_out, in_sample=held_out is batches,
                   objective=objective, refine=refine, budget_of=budget_of, seed=seed,
                   tokenizer=tokenizer, progress=progress)  # fmt: skip
+
+
+def _heal_options(heal: Any) -> Any:
+    """The `HealOptions` of `search_plan`'s `heal` (checked before the search runs)."""
+    from aah.integrations.hf.search.heal import HealOptions
+
+    if heal is True:
+        return HealOptions()
+    if isinstance(heal, HealOptions):
+        return heal
+    raise ValueError(f"heal must be True, False or a HealOptions, got {heal!r}")
+
+
+def _heal_found(plan: WindowPlan, options: Any, search: dict[str, Any]) -> WindowPlan:
+    from aah.integrations.hf.search.heal import heal
+
+    return heal(search["model"], plan, search["calib"], seq_len=plan.seq_len, options=options,
+                tokenizer=search["tokenizer"], progress=search["progress"])  # fmt: skip
 
 
 def cache_key(model: torch.nn.Module, calib: Any, tokenizer: Any, options: dict) -> dict:

@@ -22,10 +22,11 @@ from aah.integrations.hf.run.apply_plan import applied
 from aah.integrations.hf.run.data import TextLike
 from aah.integrations.hf.run.load import resolve_tokenizer
 from aah.integrations.hf.run.model_layout import kv_shape
+from aah.integrations.hf.search.calibration_text import calibration_batches
 from aah.integrations.hf.search.cut_loss import mean_loss
 from aah.integrations.hf.search.measure import measure_mass
 from aah.integrations.hf.search.plan_allocation import plan_from_mass
-from aah.integrations.hf.search.plan_search import calibration_batches, default_candidates
+from aah.integrations.hf.search.plan_search import default_candidates
 
 DEFAULT_BUDGETS = (0.2, 0.4, 0.6, 0.8)
 
