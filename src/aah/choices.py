@@ -37,3 +37,6 @@ BackendChoice = Literal["auto", BackendName]
 #: where `aah sweep` runs its cells (aah.sweep.cluster): processes here, Slurm jobs through
 #: submitit, or submitit's local executor.
 SweepExecutor = Literal["local", "slurm", "submitit-local"]
+
+#: what `aah plan heal` learns (aah.integrations.hf.run.heal_params).
+HealParameter = Literal["temperature", "lora", "sink"]

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 from hf_models import VOCAB, tiny_model
-from test_hf_cache import greedy, recompute
+from test_hf_cache import cache_kwargs, greedy, recompute
 
 from aah.integrations import hf
 from aah.integrations.hf.run.heal_params import installed, trainable, uninstall
@@ -201,3 +201,61 @@ def test_search_plan_with_heal_is_the_search_then_the_heal_on_the_same_text(monk
     monkeypatch.setattr(plan_search, "calibration_batches", lambda *a, **k: pytest.fail("ran"))
     with pytest.raises(ValueError, match="heal must be True, False or a HealOptions"):
         plan_search.search_plan(model, text(), 0.3, heal="yes", **search)
+
+
+def sink_logits(model, low: float = -1.0, high: float = 2.0) -> dict[str, torch.Tensor]:  # type: ignore[no-untyped-def]
+    lay = layout(model)
+    row = torch.linspace(low, high, lay.n_head)
+    return {f"sink.{layer}": row + 0.1 * layer for layer in range(lay.n_layer)}
+
+
+def test_sink_logits_prefill_cached_decode_and_masked_decode_agree(family):
+    """The prefill (windowed backends), the per-head cache's decode and transformers' own
+    cache (the masked path) give one model with sink logits: the same greedy tokens as a
+    full recompute at every step, on every family (Gemma 3's sliding layers included)."""
+    model = tiny_model(family)
+    plan = cut_plan(model)
+    prompt = ids(3, 20)
+    hf.apply(model, plan)
+    try:
+        without = logits(model, prompt)
+        hf.apply(model, WindowPlan(plan.windows, plan.sinks, T, params=sink_logits(model)))
+        assert not torch.allclose(logits(model, prompt), without, atol=1e-4)  # they act
+        want = recompute(model, prompt, 10)
+        cached = greedy(model, prompt, 10, cache=hf.per_head_cache(model, max_cache_len=64))
+        assert torch.equal(cached, want)
+        assert torch.equal(greedy(model, prompt, 10), want)  # DynamicCache: the masked path
+        # Several tokens into a filled per-head cache (a question after a document): `extend`.
+        cache = hf.per_head_cache(model, max_cache_len=64)
+        with torch.no_grad():
+            model(prompt[:, :12], **cache_kwargs(model, cache))
+            chunked = model(prompt[:, 12:], **cache_kwargs(model, cache)).logits
+        torch.testing.assert_close(chunked, logits(model, prompt)[:, 12:], atol=1e-5, rtol=1e-4)
+    finally:
+        hf.remove(model)
+
+
+def test_a_very_low_sink_logit_is_the_plan_without_it():
+    model = tiny_model("llama")
+    plan = cut_plan(model)
+    hf.apply(model, plan)
+    without = logits(model, ids(4))
+    hf.apply(model, WindowPlan(plan.windows, plan.sinks, T, params=sink_logits(model, -40, -30)))
+    torch.testing.assert_close(logits(model, ids(4)), without, atol=1e-5, rtol=1e-5)
+    hf.remove(model)
+
+
+def test_a_sink_heal_starts_from_the_unhealed_plans_held_out_kl():
+    model = tiny_model("llama")
+    plan = cut_plan(model)
+    opts = HealOptions(kinds=("sink",), steps=8, train_blocks=3, held_out=2, eval_every=4)
+    healed = heal(model, plan, text(), options=opts, progress=False)
+    _, held = heal_module.heal_blocks(model, text(), T, opts, None)
+    ref = heal_module.FullReference.of(model, held)
+    hf.apply(model, plan)
+    unhealed = heal_module.held_out_kl(model, ref)
+    hf.remove(model)
+    record = healed.info["heal"]
+    assert record["held_out_kl_before"] == pytest.approx(unhealed, rel=1e-6)
+    assert record["held_out_kl_after"] < record["held_out_kl_before"]
+    assert sorted(healed.params) == [f"sink.{i}" for i in range(layout(model).n_layer)]

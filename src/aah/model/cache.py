@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from aah.attention.kv_bytes import head_sinks, held_positions, kv_capacities, kv_sinks
+from aah.attention.sink_logit import sdpa_with_sink_logit
 from aah.model.cache_layout import (
     Bucket,
     fixed_read_mask,
@@ -199,18 +199,26 @@ class KVCache:
             store[:, :, : b.sinks] = torch.where(inside, taken, store[:, :, : b.sinks])
 
     def attend(
-        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+        self,
+        layer: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        scale: float,
+        logit: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Store one new position's k, v (B, Hkv, 1, D) and attend q (B, Hq, 1, D) at that
-        position over each head's own window and sinks. Returns (B, Hq, 1, D)."""
+        position over each head's own window and sinks, with a sink logit per query head
+        where `logit` (Hq,) is given (`aah.attention.sink_logit`). Returns (B, Hq, 1, D)."""
         t = self.length  # the new token's slot position
         if t >= self.max_len:
             raise ValueError(f"cache holds at most max_len={self.max_len} positions")
         if torch.compiler.is_compiling():
-            return self._attend_fixed(layer, q, k, v, scale, t)
+            return self._attend_fixed(layer, q, k, v, scale, t, logit)
         bsz, d = q.shape[0], self.head_dim
         # Query head h reads KV head h // G, so (B, Hq, 1, D) -> (B, Hkv, G, D) lines them up.
         qg = q.reshape(bsz, self.n_kv_head, self.n_head // self.n_kv_head, d)
+        lg = None if logit is None else logit.to(q.dtype).view(self.n_kv_head, -1)
         out = None if self.whole[layer] else q.new_empty(bsz, self.n_head, d)
         for b in self.layers[layer]:
             slot = b.sinks + t % b.capacity
@@ -223,9 +231,9 @@ class KVCache:
             for r in b.rows:
                 keys, values, mask = self._read(b, r.window, r.sinks, t, n)
                 # Each query reads exactly its own window and sinks: no T, no mask unpadded.
-                y = F.scaled_dot_product_attention(
-                    qb[:, r.kv][:, :, r.g], keys[:, r.kv], values[:, r.kv], attn_mask=mask,
-                    scale=scale,
+                y = sdpa_with_sink_logit(
+                    qb[:, r.kv][:, :, r.g], keys[:, r.kv], values[:, r.kv], mask, scale,
+                    None if lg is None else lg[b.select][r.kv][:, r.g],
                 )  # fmt: skip
                 if out is None:
                     return y.reshape(bsz, self.n_head, 1, d)
@@ -233,7 +241,14 @@ class KVCache:
         return out.unsqueeze(2)
 
     def _attend_fixed(
-        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, t: int
+        self,
+        layer: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        scale: float,
+        t: int,
+        logit: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """`attend` for compiled code: no shape and no branch depends on t, so one graph serves
         every step. Each group of query heads reads its bucket's whole storage (S + C slots)
@@ -241,6 +256,7 @@ class KVCache:
         selects the same keys as `attend` does."""
         bsz, d = q.shape[0], self.head_dim
         qg = q.reshape(bsz, self.n_kv_head, self.n_head // self.n_kv_head, d)
+        lg = None if logit is None else logit.to(q.dtype).view(self.n_kv_head, -1)
         out = q.new_empty(bsz, self.n_head, d)
         pads = None if self.pads is None else self.pads.to(q.device)
         for b in self.layers[layer]:
@@ -252,9 +268,9 @@ class KVCache:
             qb = qg[:, b.select]
             for r in b.rows:
                 mask = fixed_read_mask(b.sinks, b.capacity, r.window, r.sinks, t, pads, q.device)
-                y = F.scaled_dot_product_attention(
-                    qb[:, r.kv][:, :, r.g], b.k[:, r.kv], b.v[:, r.kv], attn_mask=mask,
-                    scale=scale,
+                y = sdpa_with_sink_logit(
+                    qb[:, r.kv][:, :, r.g], b.k[:, r.kv], b.v[:, r.kv], mask, scale,
+                    None if lg is None else lg[b.select][r.kv][:, r.g],
                 )  # fmt: skip
                 out[:, r.heads] = y.reshape(bsz, -1, d)
         return out.unsqueeze(2)

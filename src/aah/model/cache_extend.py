@@ -21,19 +21,26 @@ on t).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from aah.attention.kv_bytes import head_sinks
+from aah.attention.sink_logit import sdpa_with_sink_logit
 from aah.model.cache import KVCache
 from aah.model.cache_layout import Bucket
 
 
 def extend(
-    store: KVCache, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    store: KVCache,
+    layer: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    logit: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attend the n new queries q (B, Hq, n, D) of `layer` over the held keys and the new k, v
-    (B, Hkv, n, D), then store k, v. Returns (B, Hq, n, D). The caller advances the store by n
-    once every layer has run."""
+    (B, Hkv, n, D), then store k, v, with a sink logit per query head where `logit` (Hq,) is
+    given. Returns (B, Hq, n, D). The caller advances the store by n once every layer has
+    run."""
     t, n = store.length, q.shape[2]
     if store.pads is not None:
         raise ValueError(
@@ -55,10 +62,10 @@ def extend(
             s = torch.tensor(sinks[heads], device=q.device)[:, None, None]
             inside = (key_pos <= query_pos) & (key_pos > query_pos - w) & ~is_sink
             as_sink = is_sink & (key_pos < s) & (key_pos <= query_pos - w)
-            out[:, heads] = F.scaled_dot_product_attention(
+            out[:, heads] = sdpa_with_sink_logit(
                 q[:, heads], keys[:, i : i + 1].expand(-1, group, -1, -1),
-                values[:, i : i + 1].expand(-1, group, -1, -1),
-                attn_mask=(inside | as_sink)[None], scale=scale,
+                values[:, i : i + 1].expand(-1, group, -1, -1), (inside | as_sink)[None], scale,
+                None if logit is None else logit[heads].to(q.dtype).view(1, -1, 1),
             )  # fmt: skip
     store.prefill(layer, k, v)
     return out

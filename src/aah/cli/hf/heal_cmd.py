@@ -2,9 +2,9 @@
 
     aah plan heal MODEL --plan plan.json --out healed.json [--minutes 20] [--text FILE]
 
-Learns a few parameters (a temperature per query head, or LoRA on the attention projections
-of the layers the plan cuts) by distillation against the model's own full attention, every
-model weight frozen, and writes the plan with them: `healed.json` and, beside it,
+Learns a few parameters (LoRA on the attention projections of the layers the plan cuts, a
+temperature or a sink logit per query head) by distillation against the model's own full
+attention, every model weight frozen, and writes the plan with them: `healed.json` and, beside it,
 `healed.heal.safetensors` (the plan records its name and SHA-256). `aah generate` and
 `aah chat --plan healed.json` use them. Where healing does not lower the held-out KL the plan
 is written unchanged, and the command says so. Every check that needs no weights runs before
@@ -17,10 +17,12 @@ import argparse
 import json
 import math
 import warnings
+from typing import get_args
 
+from aah.choices import HealParameter
 from aah.cli import flags
 
-KINDS = ("temperature", "lora")
+KINDS: tuple[str, ...] = get_args(HealParameter)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--params", default="lora", metavar="KINDS",
         help="what to learn, comma-separated: 'lora' (default; low-rank updates of the q, k, v "
-        "and o projections of the layers the plan cuts; not GPT-2's fused projections) and/or "
-        "'temperature' (one per query head of those layers)",
+        "and o projections of the layers the plan cuts; not GPT-2's fused projections), "
+        "'temperature' (one per query head of those layers) and/or 'sink' (a sink logit per "
+        "query head: the head may attend to nothing; no KV bytes)",
     )  # fmt: skip
     parser.add_argument("--rank", type=int, default=4, help="LoRA rank (with --params lora)")
     parser.add_argument(

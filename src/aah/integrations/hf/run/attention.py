@@ -48,6 +48,7 @@ from typing import Any
 import torch
 
 from aah.attention import windowed_attention
+from aah.attention.sink_logit import windowed_with_sink_logit
 from aah.integrations.hf.run.masks import (
     allowed_from_mask,
     causal,
@@ -66,6 +67,9 @@ BACKEND_ATTR = "aah_backend"
 PROBE_ATTR = "aah_probe"
 # A healed plan's per-head log-temperature, (n_head,) (`hf.run.heal_params`): q * exp(t).
 QUERY_SCALE_ATTR = "aah_query_log_scale"
+# A healed plan's per-head sink logit, (n_head,): exp(s) joins the softmax's denominator
+# (`aah.attention.sink_logit`); transformers' `s_aux` (gpt-oss's sinks) is the same term.
+SINK_LOGIT_ATTR = "aah_sink_logit"
 
 # probe(module, query, key, value, scale): sees every call's post-RoPE tensors (plan search).
 Probe = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor, float], None]
@@ -90,6 +94,7 @@ def aah_attention_forward(
     log_scale = getattr(module, QUERY_SCALE_ATTR, None)
     if log_scale is not None:  # before every path, so prefill, masks and the cache agree
         query = query * log_scale.exp().to(query.dtype).view(1, -1, 1, 1)
+    logit = sink_logit(module, kwargs.get("s_aux"), query.shape[1])
     batch, n_q, q_len, dim = query.shape
     step = getattr(key, CACHE_MARK, None)  # a PerHeadCache step (hf.run.cache)
     # With the per-head cache the key tensor holds only the new keys: the mask spans them all.
@@ -114,7 +119,7 @@ def aah_attention_forward(
     if probe is not None:
         probe(module, query, key, value, scale)
     if step is not None and step.decoding:
-        out = step.attend(query, key, value, scale, windows, sinks, allowed)
+        out = step.attend(query, key, value, scale, windows, sinks, allowed, logit)
         return out.transpose(1, 2).contiguous(), None
     padding = None
     if allowed is not None and q_len == key.shape[2] and not compiling:
@@ -124,7 +129,7 @@ def aah_attention_forward(
     if q_len == key.shape[2] and (allowed is None or padding is not None):
         pads = padding.first if padding is not None and padding.left else None
         backend = getattr(module, BACKEND_ATTR, "auto")
-        out = prefill_attention(query, key, value, windows, sinks, pads, backend, scale)
+        out = prefill_attention(query, key, value, windows, sinks, pads, backend, scale, logit)
     else:
         if allowed is not None and _sinks_hidden(sinks, sliding_window, k_len):
             allowed = _unhide_sinks(allowed, kwargs.get("position_ids"), sliding_window, compiling)
@@ -133,7 +138,7 @@ def aah_attention_forward(
         else:  # per-head windows are causal whatever the mask allows (checked outside compile)
             allowed = allowed & causal(q_len, k_len, query.device)
         keep = keep_by_rank(allowed, windows, sinks)
-        out = masked_attention(query, key, value, keep, scale)
+        out = masked_attention(query, key, value, keep, scale, logit)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -147,6 +152,23 @@ def head_sinks(module: torch.nn.Module, n_q: int) -> list[int]:
     return [int(s) for s in sinks]
 
 
+def sink_logit(
+    module: torch.nn.Module, s_aux: torch.Tensor | None, n_q: int
+) -> torch.Tensor | None:
+    """The layer's sink logit per query head (n_q,): a healed plan's, or the model's own
+    (`s_aux`), or None."""
+    healed = getattr(module, SINK_LOGIT_ATTR, None)
+    if healed is not None and s_aux is not None:
+        raise ValueError(
+            "aah attention: the model has sink logits of its own (s_aux); a healed plan's "
+            "sink logits cannot be added to them"
+        )
+    logit = healed if healed is not None else s_aux
+    if logit is not None and logit.numel() != n_q:
+        raise ValueError(f"aah attention: {logit.numel()} sink logits for {n_q} query heads")
+    return None if logit is None else logit.reshape(n_q)
+
+
 def prefill_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -156,20 +178,27 @@ def prefill_attention(
     pads: torch.Tensor | None,
     backend: str,
     scale: float,
+    logit: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """(B, Hq, T, D) windowed attention over T == Tk keys. Rows of equal padding run together
-    on their real slots (the windows and sinks count from the first real token); pad query
-    rows get zeros. `pads` is read as Python ints: not for compiled code."""
+    """(B, Hq, T, D) windowed attention over T == Tk keys, with a sink logit per query head
+    where `logit` is given. Rows of equal padding run together on their real slots (the
+    windows and sinks count from the first real token); pad query rows get zeros. `pads` is
+    read as Python ints: not for compiled code."""
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if logit is None:
+            return windowed_attention(q, k, v, windows, backend=backend, scale=scale, sinks=sinks)
+        return windowed_with_sink_logit(
+            q, k, v, windows, logit.to(q.dtype), backend=backend, scale=scale, sinks=sinks
+        )
+
     if pads is None:
-        return windowed_attention(q, k, v, windows, backend=backend, scale=scale, sinks=sinks)
+        return attend(q, k, v)
     out = torch.zeros_like(q)
     for pad in sorted(set(pads.tolist())):
         rows = (pads == pad).nonzero().flatten()
         real = slice(pad, None)
-        out[rows, :, real] = windowed_attention(
-            q[rows][:, :, real], k[rows][:, :, real], v[rows][:, :, real], windows,
-            backend=backend, scale=scale, sinks=sinks,
-        )  # fmt: skip
+        out[rows, :, real] = attend(q[rows][:, :, real], k[rows][:, :, real], v[rows][:, :, real])
     return out
 
 
@@ -231,6 +260,5 @@ def _refuse_unsupported(
             f"aah attention: {type(module).__name__} is not causal (encoder or cross-attention); "
             "per-head windows are causal only"
         )
-    for name, what in (("softcap", "logit soft-capping"), ("s_aux", "learned sink logits")):
-        if kwargs.get(name) is not None:
-            raise ValueError(f"aah attention: {what} ({name!r}) is not supported")
+    if kwargs.get("softcap") is not None:
+        raise ValueError("aah attention: logit soft-capping ('softcap') is not supported")

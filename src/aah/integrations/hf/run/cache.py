@@ -131,10 +131,11 @@ class _Step:
         off the position ids (`allowed` (B, 1 or H, T, T) or None, `hf.run.padding.Padding`)."""
         self.cache._check_prefill(allowed, padding)
 
-    def attend(self, q, k, v, scale, windows, sinks, allowed):  # type: ignore[no-untyped-def]
+    def attend(self, q, k, v, scale, windows, sinks, allowed, logit=None):  # type: ignore[no-untyped-def]
         """(B, Hq, 1, D): the decoding step over the store, after checking that the plan and
-        the step's mask (B, 1 or H, 1, Tk) or None are those the cache was built for."""
-        return self.cache._attend(self.layer, q, k, v, scale, windows, sinks, allowed)
+        the step's mask (B, 1 or H, 1, Tk) or None are those the cache was built for; with a
+        sink logit per query head where `logit` (Hq,) is given."""
+        return self.cache._attend(self.layer, q, k, v, scale, windows, sinks, allowed, logit)
 
 
 class PerHeadCache(Cache):
@@ -278,7 +279,7 @@ class PerHeadCache(Cache):
                 "left padding; number each row's real tokens from 0 (what generate does)"
             )
 
-    def _attend(self, layer, q, k, v, scale, windows, sinks, allowed):  # type: ignore[no-untyped-def]
+    def _attend(self, layer, q, k, v, scale, windows, sinks, allowed, logit=None):  # type: ignore[no-untyped-def]
         store = self.store
         assert store is not None  # a decoding step follows a prefill
         t = store.length
@@ -286,9 +287,9 @@ class PerHeadCache(Cache):
             self._check_step(layer, windows, sinks, allowed, t, q.shape[2])
         n_new = q.shape[2]
         if n_new == 1:
-            out = store.attend(layer, q, k, v, scale)
+            out = store.attend(layer, q, k, v, scale, logit)
         else:  # several new tokens after the held ones: a chunked prefill over them
-            out = extend(store, layer, q, k, v, scale)
+            out = extend(store, layer, q, k, v, scale, logit)
         if layer == len(self.layers) - 1:
             store.advance(n_new)
         return out

@@ -1,11 +1,17 @@
 """A healed plan's learned parameters inside a model: installed, read back, taken out.
 
-Two kinds, named by the prefix of each parameter's name (`WindowPlan.params`):
+Three kinds, named by the prefix of each parameter's name (`WindowPlan.params`):
 
 - `temperature.<layer>` (n_head,): a log-scale per query head; the "aah" attention function
   multiplies the head's query by exp(t) (`QUERY_SCALE_ATTR`), so the head's softmax
   sharpens or flattens over the keys its window leaves. Zero is no effect, bit for bit
   (x * 1.0 == x).
+- `sink.<layer>` (n_head,): a sink logit per query head; exp(s) joins the head's softmax
+  denominator (`SINK_LOGIT_ATTR`, `aah.attention.sink_logit`), so the head may attend to
+  nothing instead of to the keys its window leaves. No key or value is stored for it. It
+  starts at `SINK_START`, not at no effect (-inf has no gradient): exp(-8) beside a row whose
+  largest score is 0 takes 3e-4 of its weight, less beside a higher one. The heal measures
+  the un-healed held-out KL before any parameter exists, so it stays never worse.
 - `lora.<layer>.<projection>.A` (r, in) and `.B` (out, r): a low-rank update of that attention
   projection (`q_proj`, `k_proj`, `v_proj`, `o_proj`), through peft's LoRA `Linear` wrapped
   around the model's own layer (B = 0 is no effect); taking it out puts the model's own
@@ -18,17 +24,22 @@ Two kinds, named by the prefix of each parameter's name (`WindowPlan.params`):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, get_args
 
 import torch
 
-from aah.integrations.hf.run.attention import QUERY_SCALE_ATTR
+from aah.choices import HealParameter
+from aah.integrations.hf.run.attention import QUERY_SCALE_ATTR, SINK_LOGIT_ATTR
 from aah.integrations.hf.run.model_layout import layout
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 ADAPTER = "heal"
 #: what a parameter name may start with
-KINDS = ("temperature", "lora")
+KINDS: tuple[str, ...] = get_args(HealParameter)
+#: a new sink logit's value: far below a row's log-sum-exp, yet with a gradient Adam can use
+SINK_START = -8.0
+#: the attribute each per-head kind sets on the attention module
+HEAD_ATTRS = {"temperature": QUERY_SCALE_ATTR, "sink": SINK_LOGIT_ATTR}
 
 
 def install(model: torch.nn.Module, params: Mapping[str, torch.Tensor]) -> None:
@@ -40,12 +51,12 @@ def install(model: torch.nn.Module, params: Mapping[str, torch.Tensor]) -> None:
     for name, value in params.items():
         kind, layer, rest = _parse(name, lay.n_layer)
         module = lay.modules[layer]
-        if kind == "temperature":
+        if kind in HEAD_ATTRS:
             if tuple(value.shape) != (lay.n_head,):
                 raise ValueError(
                     f"{name}: shape {tuple(value.shape)}, the layer has {lay.n_head} heads"
                 )
-            setattr(module, QUERY_SCALE_ATTR, value.detach().clone())
+            setattr(module, HEAD_ATTRS[kind], value.detach().clone())
         elif rest.endswith(".A"):
             ranks[(layer, rest.removesuffix(".A"))] = int(value.shape[0])
     for (layer, projection), rank in ranks.items():
@@ -68,8 +79,9 @@ def install(model: torch.nn.Module, params: Mapping[str, torch.Tensor]) -> None:
 def trainable(
     model: torch.nn.Module, kinds: Iterable[str], layers: Iterable[int], rank: int = 4
 ) -> dict[str, torch.nn.Parameter]:
-    """Zero-effect parameters of `kinds` on `layers`, installed and returned by name for an
-    optimiser (the model's own weights are not touched; freeze them before training)."""
+    """Parameters of `kinds` on `layers` at no effect (the sink logit at almost none:
+    `SINK_START`), installed and returned by name for an optimiser (the model's own weights are
+    not touched; freeze them before training)."""
     uninstall(model)
     lay = layout(model)
     out: dict[str, torch.nn.Parameter] = {}
@@ -81,10 +93,11 @@ def trainable(
     device = next(model.parameters()).device
     for layer in layers:
         module = lay.modules[layer]
-        if "temperature" in kinds:
-            scale = torch.nn.Parameter(torch.zeros(lay.n_head, device=device))
-            setattr(module, QUERY_SCALE_ATTR, scale)
-            out[f"temperature.{layer}"] = scale
+        for kind, start in (("temperature", 0.0), ("sink", SINK_START)):
+            if kind in kinds:
+                value = torch.nn.Parameter(torch.full((lay.n_head,), start, device=device))
+                setattr(module, HEAD_ATTRS[kind], value)
+                out[f"{kind}.{layer}"] = value
         if "lora" in kinds:
             for projection in PROJECTIONS:
                 wrapped = _wrap(module, projection, rank, f"lora.{layer}.{projection}")
@@ -97,9 +110,10 @@ def installed(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """What is installed now, by name, detached copies on the CPU ({} when nothing is)."""
     out: dict[str, torch.Tensor] = {}
     for layer, module in enumerate(layout(model).modules):
-        scale = getattr(module, QUERY_SCALE_ATTR, None)
-        if scale is not None:
-            out[f"temperature.{layer}"] = scale.detach().float().cpu().clone()
+        for kind, attr in HEAD_ATTRS.items():
+            value = getattr(module, attr, None)
+            if value is not None:
+                out[f"{kind}.{layer}"] = value.detach().float().cpu().clone()
         for projection in PROJECTIONS:
             wrapped = getattr(module, projection, None)
             if _is_lora(wrapped):
@@ -114,8 +128,9 @@ def uninstall(model: torch.nn.Module) -> None:
     """Take every healed parameter out: the query scales away, each LoRA wrapper replaced by
     the model's own layer it wraps."""
     for module in layout(model).modules:
-        if hasattr(module, QUERY_SCALE_ATTR):
-            delattr(module, QUERY_SCALE_ATTR)
+        for attr in HEAD_ATTRS.values():
+            if hasattr(module, attr):
+                delattr(module, attr)
         for projection in PROJECTIONS:
             wrapped = getattr(module, projection, None)
             if _is_lora(wrapped):
@@ -159,9 +174,9 @@ def _parse(name: str, n_layer: int) -> tuple[str, int, str]:
     if ok and kind == "lora":
         projection, _, side = tail.partition(".")
         ok = projection in PROJECTIONS and side in ("A", "B")
-    if not ok or (kind == "temperature" and tail):
+    if not ok or (kind in HEAD_ATTRS and tail):
         raise ValueError(
             f"healed parameter {name!r} does not fit this model ({n_layer} layers): expected "
-            "temperature.<layer> or lora.<layer>.<q_proj|k_proj|v_proj|o_proj>.<A|B>"
+            "temperature.<layer>, sink.<layer> or lora.<layer>.<q_proj|k_proj|v_proj|o_proj>.<A|B>"
         )
     return kind, int(layer_text), tail

@@ -28,6 +28,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from aah.attention.sink_logit import sdpa_with_sink_logit
+
 # Additive mask values at or below this count as "masked" (exp(-1e4) is 0 in every float dtype).
 MASKED_BELOW = -1.0e4
 
@@ -118,13 +120,19 @@ def keep_by_rank(
 
 
 def masked_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    keep: torch.Tensor,
+    scale: float,
+    logit: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(B, Hq, Tq, D): attention of q (B, Hq, Tq, D) over k, v (B, Hkv, Tk, D) where `keep`
     (B, Hq or 1, Tq, Tk) allows, by PyTorch's SDPA in float32 (K/V shared by each KV head's
-    query heads, never repeated)."""
-    out = F.scaled_dot_product_attention(
-        q.float(), k.float(), v.float(), attn_mask=keep, scale=scale,
-        enable_gqa=q.shape[1] != k.shape[1],
-    )  # fmt: skip
+    query heads, never repeated), with a sink logit per query head where `logit` (Hq,) is
+    given (`aah.attention.sink_logit`)."""
+    rows = None if logit is None else logit.float().view(1, -1, 1)
+    out = sdpa_with_sink_logit(
+        q.float(), k.float(), v.float(), keep, scale, rows, enable_gqa=q.shape[1] != k.shape[1]
+    )
     return out.to(q.dtype)

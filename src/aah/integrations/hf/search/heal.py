@@ -52,7 +52,7 @@ from aah.validate import check_int
 #: a per-head temperature by 15% (results/pretrained/LOG.md, "Healing the default plan")
 DEFAULT_KINDS = ("lora",)
 #: Adam's learning rate per kind: a log-temperature moves in tenths, LoRA's B from zero
-LEARNING_RATES = {"temperature": 2e-2, "lora": 1e-3}
+LEARNING_RATES = {"temperature": 2e-2, "lora": 1e-3, "sink": 0.2}
 
 
 @dataclass(frozen=True)
@@ -136,11 +136,12 @@ def heal(
         train_ref = FullReference.of(model, train)
         held_ref = FullReference.of(model, held)
         apply(model, replace(plan, params={}))
+        baseline = held_out_kl(model, held_ref)  # the plan as it is, before any parameter
         for p in model.parameters():
             p.requires_grad_(False)
         torch.manual_seed(opts.seed)
         params = trainable(model, opts.kinds, layers, opts.rank)
-        record = _train(model, params, train_ref, held_ref, opts, progress)
+        record = _train(model, params, train_ref, held_ref, opts, progress, baseline)
     finally:
         uninstall(model)
         for p, flag in zip(model.parameters(), grads, strict=True):
@@ -227,9 +228,11 @@ def _train(
     held_ref: FullReference,
     opts: HealOptions,
     progress: bool,
+    baseline: float | None = None,
 ) -> dict[str, Any]:
     """Adam on `params` for `opts.steps` steps (or until `opts.minutes`), one training block a
-    step in a seeded order; the best parameters by held-out KL, and the curve."""
+    step in a seeded order; the best parameters by held-out KL, and the curve. `baseline`: the
+    un-healed plan's held-out KL (default: measured now, with `params` at their start)."""
     groups = [
         {"params": [p for n, p in params.items() if n.startswith(kind)], "lr": LEARNING_RATES[kind]}
         for kind in opts.kinds
@@ -239,7 +242,8 @@ def _train(
     order: list[int] = []
     device = next(model.parameters()).device
     start = time.monotonic()
-    baseline = held_out_kl(model, held_ref)
+    if baseline is None:
+        baseline = held_out_kl(model, held_ref)
     curve = [{"step": 0, "seconds": 0.0, "held_out_kl": baseline}]
     best_kl, best = baseline, None
     bar = _bar(opts.steps, progress, baseline)
