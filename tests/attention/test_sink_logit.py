@@ -93,3 +93,11 @@ def test_the_hf_attention_function_takes_transformers_own_sink_logits():
     setattr(module, SINK_LOGIT_ATTR, logit)
     with pytest.raises(ValueError, match="sink logits of its own"):
         aah_attention_forward(module, q, k, v, None, scaling=0.25, s_aux=logit)
+
+
+def test_the_padded_head_dimension():
+    from aah.attention.sink_logit import padded_width
+
+    cpu, gpu = torch.device("cpu"), torch.device("meta")  # any device that is not the CPU
+    assert [padded_width(n, cpu) for n in (17, 65, 72, 129)] == [24, 72, 72, 136]
+    assert [padded_width(n, gpu) for n in (17, 65, 64, 129)] == [32, 128, 64, 256]

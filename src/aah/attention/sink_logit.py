@@ -10,10 +10,10 @@ Any attention that takes q, k, v runs it exactly, without a second pass for the 
 `with_sink_key` prepends that key. Each query gains one dimension holding s_h / scale and each
 key a zero there, so q'.k' = q.k for every real key; the new key is zero but for a 1 in that
 dimension (q'.k'_0 = s_h / scale, a score of s_h after the scale) and its value is zero. The
-dimensions are padded with zeros to a multiple of 8 (what the GPU kernels take); zeros change
-no score. A masked caller allows the new key for every query (`sink_key_mask`); a windowed
-caller gives it as one more sink at position 0, with a dummy query there whose output it drops
-(`windowed_with_sink_logit`).
+dimensions are padded with zeros (zeros change no score): to a multiple of 8 on the CPU, to a
+power of two on a GPU (what FlexAttention's kernels take). A masked caller allows the new
+key for every query (`sink_key_mask`); a windowed caller gives it as one more sink at position
+0, with a dummy query there whose output it drops (`windowed_with_sink_logit`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def with_sink_key(
     prepended. `pad_values` pads v's dimension like q's and k's (for callers that need one
     head dimension; the output's extra columns are then zero)."""
     d = q.shape[-1]
-    width = d + 1 + (-(d + 1)) % ALIGN
+    width = padded_width(d + 1, q.device)
     rows = (logit.to(q.dtype) / scale).expand(q.shape[:-1]).unsqueeze(-1)
     q2 = torch.cat([q, rows, q.new_zeros(*q.shape[:-1], width - d - 1)], dim=-1)
     k2 = torch.cat([k, k.new_zeros(*k.shape[:-1], width - d)], dim=-1)
@@ -47,6 +47,14 @@ def with_sink_key(
     v2 = F.pad(v, (0, width - v.shape[-1])) if pad_values else v
     v2 = torch.cat([v2.new_zeros(*v2.shape[:-2], 1, v2.shape[-1]), v2], dim=-2)
     return q2, k2, v2
+
+
+def padded_width(needed: int, device: torch.device) -> int:
+    """The head dimension that holds `needed` columns: a multiple of `ALIGN` on the CPU, a
+    power of two on a GPU."""
+    if device.type == "cpu":
+        return needed + (-needed) % ALIGN
+    return 1 << (needed - 1).bit_length()
 
 
 def sink_key_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
