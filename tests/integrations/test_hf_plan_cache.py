@@ -150,7 +150,8 @@ def test_generate_and_chat_without_a_plan_search_once_then_read_the_cache(tmp_pa
     assert main(argv) == 0
     first = capsys.readouterr()
     assert "plan from the cache" not in first.err
-    assert len(list(cache_dir().glob("*.json"))) == 1
+    (entry,) = cache_dir().glob("*.json")
+    assert "heal" not in json.loads(entry.read_text())["key"]["options"]  # older keys stay valid
     assert main(argv) == 0
     second = capsys.readouterr()
     assert "plan from the cache" in second.err and second.out == first.out
@@ -180,3 +181,22 @@ def test_plan_search_twice_writes_the_same_plan_from_the_cache(tmp_path, capsys)
     assert "plan from the cache" in capsys.readouterr().err and out.read_text() == first
     run_cli_search(tmp_path, "--kv-fraction", "0.5", "--no-cache")
     assert "plan from the cache" not in capsys.readouterr().err and out.read_text() == first
+
+
+def test_a_search_then_heal_reuses_the_cached_search(counted, capsys):
+    """`heal` is not part of the key: the same search, healed or not, is one search (the heal
+    runs after it, every time)."""
+    import warnings
+
+    from aah.integrations.hf.search.heal import HealOptions
+
+    model = tiny_model("llama")
+    searched = plan_search.search_plan(model, text(), cache=True, **OPTIONS)
+    quick = HealOptions(kinds=("temperature",), steps=2, train_blocks=1, held_out=1, eval_every=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a 2-step heal may or may not help: not the point
+        healed = plan_search.search_plan(model, text(), cache=True, heal=quick, **OPTIONS)
+    assert len(counted) == 1 and "plan from the cache" in capsys.readouterr().err
+    assert healed.windows == searched.windows
+    (entry,) = cache_dir().glob("*.json")
+    assert "heal" not in json.loads(entry.read_text())["key"]["options"]  # older keys stay valid

@@ -227,8 +227,9 @@ def search_plan(
         how = _heal_options(heal)  # a bad value fails before the search
         return _heal_found(search_plan(**options), how, options)
     if cache:  # every argument but the model, its text and how progress shows is in the key
+        # (and `heal`, False here: a heal runs after the cached search, never inside it)
         options = {k: v for k, v in locals().items()
-                   if k not in ("model", "calib", "tokenizer", "progress", "cache")}  # fmt: skip
+                   if k not in ("model", "calib", "tokenizer", "progress", "cache", "heal")}  # fmt: skip
         return _cached_search(model, calib, tokenizer, progress, options)
     tokenizer = resolve_tokenizer(model, tokenizer)  # the one `load_model` tied, if not given
     if progress is None:
