@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -135,6 +136,9 @@ def test_the_shipped_plans_are_whole_and_name_their_models():
         plan = e.plan()
         assert plan.seq_len == e.seq_len and len(e.fingerprint) == 64
         assert plan.info["budget_unit"] == "kv_bytes" and "choice" in plan.info
+        # the search's own record in the repository holds the very same plan
+        searched = WindowPlan.load(Path(__file__).parents[2] / e.searched_in)
+        assert (searched.windows, searched.sinks) == (plan.windows, plan.sinks), e.path.name
 
 
 def test_generate_and_chat_without_a_plan_search_once_then_read_the_cache(tmp_path, capsys):
@@ -200,3 +204,47 @@ def test_a_search_then_heal_reuses_the_cached_search(counted, capsys):
     assert healed.windows == searched.windows
     (entry,) = cache_dir().glob("*.json")
     assert "heal" not in json.loads(entry.read_text())["key"]["options"]  # older keys stay valid
+
+
+def test_the_same_command_again_is_answered_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    """`aah plan search` files its plan under the model files' bytes and its flags too: run
+    again, it writes the same plan and the same summary without loading the model; another
+    flag, other text or other model bytes load it and search."""
+    from hf_tokenized import TEXT, save_tokenized_llama
+
+    from aah.cli import main
+
+    save_tokenized_llama(tmp_path / "llama", seed=1)
+    (tmp_path / "text.txt").write_text(TEXT)
+
+    def search(out: str, *flags: str) -> dict:  # type: ignore[type-arg]
+        capsys.readouterr()
+        argv = ["plan", "search", str(tmp_path / "llama"), "--text", str(tmp_path / "text.txt"),
+                "--out", str(tmp_path / out), "--seq-len", "32", "--max-batches", "2",
+                "--candidates", "4,8,16,32", "--sinks", "1", "--threads", "1", "--no-choose",
+                "--kv-fraction", "0.5", *flags]  # fmt: skip
+        assert main(argv) == 0
+        captured = capsys.readouterr()
+        return {**json.loads(captured.out.strip().splitlines()[-1]), "stderr": captured.err}
+
+    first = search("a.json")
+    assert "before loading the model" not in first["stderr"]
+
+    def no_load(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr("aah.integrations.hf.run.load.load_model", no_load)
+    again = search("b.json")
+    assert "plan from the cache, before loading the model" in again["stderr"]
+    assert (tmp_path / "b.json").read_text() == (tmp_path / "a.json").read_text()
+    assert {**again, "out": None, "stderr": None} == {**first, "out": None, "stderr": None}
+    with pytest.raises(AssertionError, match="the model was loaded"):
+        search("c.json", "--seed", "1")
+    (tmp_path / "text.txt").write_text(TEXT + " more")
+    with pytest.raises(AssertionError, match="the model was loaded"):
+        search("d.json")
+    (tmp_path / "text.txt").write_text(TEXT)
+    config = tmp_path / "llama" / "config.json"
+    config.write_text(config.read_text() + "\n")
+    with pytest.raises(AssertionError, match="the model was loaded"):
+        search("e.json")

@@ -25,6 +25,7 @@ from aah.cli.hf.checks import (
     sequence_length,
 )
 from aah.cli.hf.plan_checks import read_text
+from aah.cli.hf.search_shortcut import cached_before_load, file_plan, shortcut_key
 
 DEFAULT_BUDGET = 0.3
 
@@ -125,18 +126,24 @@ def search(args: argparse.Namespace) -> int:
 
     limits = _prepare(args)
     texts.check(check(limits)[0], lambda text: len(text.encode("utf-8")), "bytes")
+    text: Any = texts.items["text"][2] if "text" in texts.items else None
+    key = None if limits is None else shortcut_key(args, text, *check(limits))
+    hit = cached_before_load(key)
+    if hit is not None:  # the same command before: its plan, without loading the model
+        t, _, kv_budget = check(limits)
+        return _write_plan(args, hit, limits, t, kv_budget is not None, {})
     model, tokenizer, exact = _load(args)
     t, budget, kv_budget = check(exact)
     texts.check(t, _token_counter(tokenizer, exact), "tokens")
-    return _search_loaded(args, model, tokenizer, exact, t, budget, kv_budget, texts)
+    if key is not None and (key["seq_len"], key["kv_budget"]) != (t, kv_budget):
+        key = None  # the files' preview and the loaded model disagree: key by the model only
+    return _search_loaded(args, model, tokenizer, exact, t, budget, kv_budget, texts, key)
 
 
 def _search_loaded(
     args: argparse.Namespace, model: Any, tokenizer: Any, limits: ModelLimits, t: int,
-    budget: float | None, kv_budget: int | None, texts: Texts,
+    budget: float | None, kv_budget: int | None, texts: Texts, key: dict[str, Any] | None,
 ) -> int:  # fmt: skip
-    from aah.atomic import StagedWrites
-    from aah.attention.kv_bytes import full_kv_bytes
     from aah.integrations.hf.search.plan_search import search_plan
     from aah.integrations.hf.search.sweep import budget_sweep, sweep_json, sweep_table
 
@@ -158,9 +165,36 @@ def _search_loaded(
         whole_layers=args.whole_layers, choose=args.choose, refine=args.refine,
         objective=args.objective, progress=True, cache=args.cache, **options,
     )  # fmt: skip
+    file_plan(key, plan)
+    extra: dict[str, Any] = {}
+    if args.heldout:
+        from aah.integrations.hf.search.calibration_text import shipped_mix
+
+        heldout = texts.items["heldout"][2]
+        sweep_text = (
+            text if text is not None else shipped_mix(model, tokenizer, t, args.max_batches)
+        )
+        sweep_options = {**options, "sinks": _most_sinks(plan)}
+        rows = budget_sweep(model, sweep_text, heldout, args.sweep_budgets, **sweep_options)
+        extra["sweep"] = (sweep_table(rows), json.loads(sweep_json(rows))["rows"])
+    return _write_plan(args, plan, limits, t, kv_budget is not None, extra)
+
+
+def _most_sinks(plan: Any) -> int:
+    return max((s for row in plan.sinks or [[0]] for s in row), default=0)
+
+
+def _write_plan(
+    args: argparse.Namespace, plan: Any, limits: ModelLimits, t: int, kv_capped: bool,
+    extra: dict[str, Any],
+) -> int:  # fmt: skip
+    """What the search found, on stdout, and the plan file (with its heatmap)."""
+    from aah.atomic import StagedWrites
+    from aah.attention.kv_bytes import full_kv_bytes
+
     full = full_kv_bytes(limits.kv, t)
-    sinks = max((s for row in plan.sinks or [[0]] for s in row), default=0)
-    print_search_summary(plan, limits, full, sinks, kv_budget is not None)
+    sinks = _most_sinks(plan)
+    print_search_summary(plan, limits, full, sinks, kv_capped)
     info = plan.info
     summary: dict[str, Any] = {
         "out": args.out, "budget": info["budget"], "budget_unit": info["budget_unit"],
@@ -172,17 +206,10 @@ def _search_loaded(
         summary["chosen"] = info["choice"]["chosen"]
     if "refine" in info:
         summary["refined"] = [move for move, _ in info["refine"]["steps"][1:]]
-    if args.heldout:
-        from aah.integrations.hf.search.calibration_text import shipped_mix
-
-        heldout = texts.items["heldout"][2]
-        sweep_text = (
-            text if text is not None else shipped_mix(model, tokenizer, t, args.max_batches)
-        )
-        sweep_options = {**options, "sinks": sinks}
-        rows = budget_sweep(model, sweep_text, heldout, args.sweep_budgets, **sweep_options)
-        print(sweep_table(rows))
-        summary["sweep"] = json.loads(sweep_json(rows))["rows"]
+    if "sweep" in extra:
+        table, rows = extra["sweep"]
+        print(table)
+        summary["sweep"] = rows
     written = [args.out]
     with StagedWrites() as staged:  # both files, or neither
         staged.write_text(args.out, plan.to_json() + "\n")

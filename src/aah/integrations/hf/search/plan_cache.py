@@ -60,6 +60,32 @@ def model_fingerprint(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
+#: the files of a model folder that `load_model` may read (weights, config, tokenizer)
+MODEL_FILE_SUFFIXES = (".gguf", ".safetensors", ".bin", ".json", ".model", ".txt", ".tiktoken")
+
+
+def files_fingerprint(name: str) -> str | None:
+    """SHA-256 of the files a local model loads from, before it loads: a GGUF file with the
+    model files beside it, or a folder's weights, config and tokenizer files (names and bytes,
+    in name order); None for a hub name. It keys a search the command line can answer from the
+    cache without loading the model (`aah plan search`); `model_fingerprint` keys the rest."""
+    from aah.integrations.hf.run.load import resolve_source
+
+    source = resolve_source(name)
+    folder = Path(source.location)
+    if not folder.is_dir():
+        return None
+    files = sorted(p for p in folder.iterdir()
+                   if p.is_file() and p.suffix.lower() in MODEL_FILE_SUFFIXES)  # fmt: skip
+    digest = hashlib.sha256(f"gguf:{source.gguf_file}".encode())
+    for path in files:
+        digest.update(f"\0{path.name}\0".encode())
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 def text_fingerprint(text: Any) -> str:
     """What a search read: "shipped mix" for None, else the SHA-256 of the text or token ids
     as given (strings, lists of ids, tensors)."""

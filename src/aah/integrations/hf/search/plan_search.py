@@ -76,6 +76,9 @@ from aah.integrations.hf.search.signals import SearchContext, Signal
 from aah.plan import WindowPlan
 from aah.validate import check_int
 
+#: the arguments of `search_plan` a cached plan is not keyed by: the model and the text are
+#: fingerprinted, progress shows how, and `heal` runs after the cached search
+UNKEYED = ("model", "calib", "tokenizer", "progress", "cache", "heal")
 #: search-wide options passed to the signals that take them (ignored by the others)
 SHARED_OPTIONS = ("sample_queries",)
 
@@ -226,10 +229,8 @@ def search_plan(
         options = {k: v for k, v in locals().items() if k != "heal"}
         how = _heal_options(heal)  # a bad value fails before the search
         return _heal_found(search_plan(**options), how, options)
-    if cache:  # every argument but the model, its text and how progress shows is in the key
-        # (and `heal`, False here: a heal runs after the cached search, never inside it)
-        options = {k: v for k, v in locals().items()
-                   if k not in ("model", "calib", "tokenizer", "progress", "cache", "heal")}  # fmt: skip
+    if cache:  # every argument but the UNKEYED ones is in the key
+        options = {k: v for k, v in locals().items() if k not in UNKEYED}
         return _cached_search(model, calib, tokenizer, progress, options)
     tokenizer = resolve_tokenizer(model, tokenizer)  # the one `load_model` tied, if not given
     if progress is None:
