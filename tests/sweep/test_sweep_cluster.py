@@ -17,7 +17,7 @@ from test_sweep import suite_file
 from aah import records
 from aah.cli import main
 from aah.sweep import SweepConfig, read_csv, run_sweep
-from aah.sweep.cell_job import CellJob, job_command, read_job
+from aah.sweep.cell_job import CellJob, job_command, job_state, read_job
 from aah.sweep.cluster import ClusterOptions
 
 #: every CSV column a rerun cannot change (the timing ones can)
@@ -241,3 +241,37 @@ def test_a_timed_out_job_checkpoints_and_its_requeued_job_resumes(tmp_path, tiny
     cut_summary, whole_summary = (records.read_json(d / records.SUMMARY) for d in (run_dir, whole))
     for key in ("val_loss", "val_bpb", "acr", "causal_coverage", "tokens", "steps"):
         assert cut_summary[key] == whole_summary[key], key
+
+
+def test_a_rerun_waits_for_a_job_still_running_instead_of_submitting_it_twice(
+    tmp_path, tiny_corpus, capsys
+):
+    """A job an earlier sweep submitted (here a stand-in process under the cell's job record)
+    is waited for; once it ends without finishing the cell, the cell is submitted and runs."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("submitit")
+    sweep = SweepConfig.from_toml(suite_file(tmp_path, tiny_corpus, regimes=("full",), steps=2))
+    out = tmp_path / "out"
+    # Not this process's child (an earlier driver's job is not): it is reaped when it ends.
+    code = "import time; time.sleep(4)  # a stand-in for a submitit job"
+    line = f"{sys.executable} -c '{code}' >/dev/null 2>&1 & echo $!"
+    started = subprocess.run(["sh", "-c", line], capture_output=True, text=True, check=True)
+    pid = int(started.stdout.strip())
+    records_dir = out / "tiny" / ".jobs"
+    records_dir.mkdir(parents=True)
+    (records_dir / "full-s0.json").write_text(
+        json.dumps({"job_id": str(pid), "executor": "submitit-local"})
+    )
+    outcome = run_sweep(sweep, out, progress=False, cluster=LOCAL_JOBS)
+    log = capsys.readouterr().out
+    assert f"full-s0 still running as job {pid}: waiting for it" in log
+    assert "ended before the cell finished: submitting it again" in log
+    assert outcome.finished == 1 and len(read_csv(out / "tiny.csv")) == 1
+    # A record whose id now belongs to a process that is no submitit job is not waited for.
+    (records_dir / "full-s0.json").write_text(
+        json.dumps({"job_id": str(os.getpid()), "executor": "submitit-local"})
+    )
+    record = json.loads((records_dir / "full-s0.json").read_text())
+    assert job_state(out / "tiny", record) == "ENDED"

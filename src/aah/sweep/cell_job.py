@@ -129,7 +129,11 @@ def job_state(suite_dir: Path, record: dict[str, Any]) -> str:
         except (ProcessLookupError, ValueError):
             return "ENDED"
         except PermissionError:
-            return "RUNNING"
+            pass
+        # A recorded id another process now has (ids are reused) is no job of ours.
+        cmdline = Path(f"/proc/{job_id}/cmdline")
+        if cmdline.exists() and b"submitit" not in cmdline.read_bytes():
+            return "ENDED"
         return "RUNNING"
     from aah.sweep.cluster import import_submitit
 
