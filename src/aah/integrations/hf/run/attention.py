@@ -35,7 +35,8 @@ first (`hf.run.masks.keys_in_use`), so a static cache computes what a dynamic on
 The mask checks (additive values other than 0 / -inf, a key after its query, a cache that
 dropped the sinks) read tensor values and run only outside compiled code. Refused with
 ValueError: dropout > 0, non-causal attention (encoders, cross-attention), logit soft-capping,
-learned sink logits (`s_aux`), and sinks on a layer whose own sliding window hides them under
+a model's own sink logits (`s_aux`) beside a healed plan's (either alone runs, on every path:
+`aah.attention.sink_logit`), and sinks on a layer whose own sliding window hides them under
 a general mask (keys >= the sliding window) other than left padding over a cache, eagerly (there
 the function rebuilds the mask without the slot-counted window: `hf.run.padding.left_padded_keys`).
 """
