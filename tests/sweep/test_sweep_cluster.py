@@ -206,6 +206,8 @@ def test_the_slurm_settings_reach_the_sbatch_script(tmp_path, monkeypatch):
     srun = tmp_path / "srun"
     srun.write_text("#!/bin/sh\n")
     srun.chmod(0o755)
+    with pytest.raises(ValueError, match="needs --slurm-time"):
+        ClusterOptions(executor="slurm").check()
     script = (
         options.check()
         .executor_for(tmp_path / "jobs")

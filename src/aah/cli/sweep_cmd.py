@@ -58,8 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slurm-partition", metavar="NAME", help="the Slurm partition of every job")
     p.add_argument(
         "--slurm-time", metavar="MIN", type=int,
-        help="each job's time limit in minutes; a cell that runs out checkpoints and is "
-        "requeued, resuming where it stopped",
+        help="each job's time limit in minutes (required with --executor slurm); a cell that "
+        "runs out checkpoints and is requeued, resuming where it stopped",
     )  # fmt: skip
     p.add_argument(
         "--gpus-per-cell", metavar="N", type=int, default=0,

@@ -87,6 +87,11 @@ class ClusterOptions:
                 "the cluster's login node, or try the same path here with --executor "
                 "submitit-local"
             )
+        if self.executor == "slurm" and self.time_min is None:
+            raise ValueError(
+                "--executor slurm needs --slurm-time MIN, each job's time limit (submitit's own "
+                "default is 5 minutes); a cell that runs out checkpoints and is requeued"
+            )
         return self
 
     def executor_for(self, folder: Path) -> Any:
@@ -101,8 +106,10 @@ class ClusterOptions:
             params["gpus_per_node"] = self.gpus_per_cell
         if self.cpus_per_cell:
             params["cpus_per_task"] = self.cpus_per_cell
-        # submitit's local executor kills a job at its timeout; a sweep cell has no natural one
-        params["timeout_min"] = self.time_min if self.time_min else 60 * 24 * 365
+        if self.time_min:
+            params["timeout_min"] = self.time_min
+        elif self.executor == "submitit-local":  # it kills a job at its timeout (default 5 min)
+            params["timeout_min"] = 60 * 24 * 365
         if self.executor == "slurm":
             if self.partition:
                 params["slurm_partition"] = self.partition
