@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from aah import records
-from aah.sweep.cell_process import LOG, train_command
+from aah.sweep.cell_process import LOG, follow_steps, train_command
 from aah.sweep.config import Cell
 
 JOBS = ".jobs"  # OUT/<suite>/.jobs/<cell>.json: each cell's last job
@@ -197,10 +197,7 @@ class SubmittedCell:
             return -1 if killed else 1
 
     def follow(self) -> None:
-        rows = records.read_jsonl(self.run_dir / records.METRICS)
-        if rows:
-            self._bar.n = int(rows[-1].get("step", 0))
-            self._bar.refresh()
+        follow_steps(self._bar, self.run_dir)
 
     def close(self) -> None:
         """Stop following; the job itself runs on (a stopped sweep leaves its jobs)."""

@@ -36,6 +36,14 @@ def train_command(cell: Cell, run_dir: Path) -> list[str]:
     return [*base, "--config", str(config_path), "--out", str(run_dir)]
 
 
+def follow_steps(bar: Any, run_dir: Path) -> None:
+    """Move a cell's step bar to the last step its run directory logged."""
+    rows = records.read_jsonl(run_dir / records.METRICS)
+    if rows:
+        bar.n = int(rows[-1].get("step", 0))
+        bar.refresh()
+
+
 class CellProcess:
     """A started cell: `poll()` its exit code, `follow()` its steps, `stop()` it, `close()`."""
 
@@ -62,10 +70,7 @@ class CellProcess:
 
     def follow(self) -> None:
         """Move the step bar to the child's last logged step."""
-        rows = records.read_jsonl(self.run_dir / records.METRICS)
-        if rows:
-            self._bar.n = int(rows[-1].get("step", 0))
-            self._bar.refresh()
+        follow_steps(self._bar, self.run_dir)
 
     def stop(self) -> None:
         """Ask the child to checkpoint and exit, and wait for it; a second Ctrl-C while
