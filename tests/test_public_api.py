@@ -22,6 +22,8 @@ HF = {
     "search_plan": "aah.integrations.hf.search.plan_search",
     "apply": "aah.integrations.hf.run.apply_plan", "remove": "aah.integrations.hf.run.apply_plan",
     "per_head_cache": "aah.integrations.hf.run.apply_plan", "WindowPlan": "aah.plan",
+    "stream_perplexity": "aah.integrations.hf.run.streaming",
+    "StreamRow": "aah.integrations.hf.run.streaming",
     "calibration_mix": "aah.integrations.hf.search.calibration_mix",
     "default_plan": "aah.integrations.hf.search.default_plan",
     "heal": "aah.integrations.hf.search.heal", "HealOptions": "aah.integrations.hf.search.heal",

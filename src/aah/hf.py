@@ -8,6 +8,8 @@
     aah.hf.apply(model, plan)                                    # the plan's windows and sinks
     cache = aah.hf.per_head_cache(model, max_cache_len=4096)     # keeps only what each head reads
     model.generate(ids, cache=cache, max_new_tokens=64)
+    cache = aah.hf.per_head_cache(model, rolling=True)   # never fills: past the model's positions
+    rows = aah.hf.stream_perplexity(model, ids, cache)   # per chunk: perplexity, KV MB, tokens/s
     aah.hf.remove(model)                                         # back to the model's attention
     healed = aah.hf.heal(model, plan, minutes=20)  # a few learned parameters, distilled
     healed.save("healed.json")                     # + healed.heal.safetensors beside it
@@ -30,6 +32,7 @@ from aah.integrations.hf.run.apply_plan import (
     remove,
 )
 from aah.integrations.hf.run.load import load_model
+from aah.integrations.hf.run.streaming import StreamRow, stream_perplexity
 from aah.integrations.hf.search.calibration_mix import calibration_mix
 from aah.integrations.hf.search.default_plan import default_plan
 from aah.integrations.hf.search.heal import HealOptions, heal
@@ -56,6 +59,7 @@ __all__ = [
     "Retrieval",
     "SearchContext",
     "Signal",
+    "StreamRow",
     "SuffixLoss",
     "WindowPlan",
     "apply",
@@ -71,4 +75,5 @@ __all__ = [
     "remove",
     "search_plan",
     "signal_names",
+    "stream_perplexity",
 ]

@@ -154,7 +154,8 @@ def chat_command(chat, *flags: str) -> list[str]:  # type: ignore[no-untyped-def
 @pytest.mark.parametrize("system", [None, "be brief"])
 def test_a_piped_chat_keeps_its_cache_across_turns(chat, capsys, monkeypatch, system):
     lines = ["hello there", "and what next?"]
-    flags = ("--system", system) if system else ()
+    # a fixed context: the plain window rule, which `reply_of` recomputes (rolling: its own test)
+    flags = ("--no-roll", "--system", system) if system else ("--no-roll",)
     out, err = run(capsys, monkeypatch, chat_command(chat, *flags), stdin="\n".join(lines) + "\n")
     turns = [("system", system)] if system else []
     first_ids = encode(chat, chat_text(*turns, ("user", lines[0])))
@@ -177,7 +178,7 @@ def test_a_piped_chat_keeps_its_cache_across_turns(chat, capsys, monkeypatch, sy
 def test_a_chat_ends_cleanly_where_its_context_does(chat, capsys, monkeypatch):
     first_ids = encode(chat, chat_text(("user", "hello")))
     context = len(first_ids) + 3  # room for a reply of 4 tokens, then nothing
-    out, err = run(capsys, monkeypatch, chat_command(chat, "--context", str(context)),
+    out, err = run(capsys, monkeypatch, chat_command(chat, "--context", str(context), "--no-roll"),
                    stdin="hello\nmore please\n")  # fmt: skip
     first = reply_of(chat, first_ids, new=4)
     assert out == decode(chat, first) + "\n"
@@ -186,7 +187,8 @@ def test_a_chat_ends_cleanly_where_its_context_does(chat, capsys, monkeypatch):
 
 
 def test_blank_lines_are_skipped_and_exit_ends_the_chat(chat, capsys, monkeypatch):
-    out, err = run(capsys, monkeypatch, chat_command(chat), stdin="\n  \nhello\n/exit\nmore\n")
+    out, err = run(capsys, monkeypatch, chat_command(chat, "--no-roll"),
+                   stdin="\n  \nhello\n/exit\nmore\n")  # fmt: skip
     assert out == decode(chat, reply_of(chat, encode(chat, chat_text(("user", "hello"))))) + "\n"
     assert len([line for line in err.splitlines() if line.startswith("[turn")]) == 1
 

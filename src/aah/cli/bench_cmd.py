@@ -13,6 +13,7 @@ BENCHMARKS = {
     "decode": "aah.bench.decode",
     "hf-decode": "aah.bench.hf_decode",
     "variants": "aah.bench.variants",
+    "stream": "aah.bench.stream",
 }
 
 

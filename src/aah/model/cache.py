@@ -21,6 +21,15 @@ its sinks are its own first S real tokens, and pad slots are never read.
 Inside `torch.compile` a step reads each bucket's whole storage under a mask of the entries
 the slices above would give (`cache_layout.fixed_read_mask`): no shape or branch depends on
 the position, so one graph serves every step (at S + C keys per head instead of w + s).
+
+Rolling (`shift`, a `RopeShift` of the model's rotary frequencies; `max_len` then may be
+`UNBOUNDED_LEN`): the cache never fills, and once a head's window has left its sinks the sinks
+take the positions StreamingLLM assigns within the cache. A query at position p of a head with
+window w and s sinks reads the s first keys and the w last ones; for p >= s + w - 1 the window's
+keys keep their distances to the query (rotary scores depend on distances only) and sink j sits
+at distance s + w - 1 - j instead of p - j: each step rotates the s sink keys it reads forward by
+p - (s + w - 1). Before that every position is the plain one. Unpadded rows only, not inside
+`torch.compile`.
 """
 
 from __future__ import annotations
@@ -41,6 +50,10 @@ from aah.model.cache_layout import (
     ring_positions,
     selector,
 )
+from aah.model.rope_shift import RopeShift
+
+# `max_len` of a rolling cache: no limit on the positions it sees (its storage is the plan's).
+UNBOUNDED_LEN = 1 << 62
 
 
 class KVCache:
@@ -63,10 +76,12 @@ class KVCache:
         device: torch.device | str = "cpu",
         sinks: Sequence[Sequence[int]] | None = None,
         pads: Sequence[int] | torch.Tensor | None = None,
+        shift: RopeShift | None = None,
     ) -> None:
         """plan `[layer][query head]` windows >= 1; sinks alike (ints >= 0, None: none);
         `max_len` >= 1 positions at most; pads: left-padding slots per row (None: none), ints
-        or a (B,) tensor (inside compiled code a tensor is kept as it is, unread)."""
+        or a (B,) tensor (inside compiled code a tensor is kept as it is, unread); `shift`:
+        roll (module docstring), moving sinks with these rotary frequencies."""
         rows = [[int(w) for w in row] for row in plan]
         if not rows:
             raise ValueError("plan is empty: give one row of windows per layer")
@@ -88,6 +103,17 @@ class KVCache:
         ):
             raise ValueError(f"sinks must be ints >= 0 shaped like the plan, got {sinks}")
         self.pads = self._check_pads(pads, batch, max_len)
+        if shift is not None and self.pads is not None:
+            raise ValueError(
+                "a rolling KVCache takes unpadded rows only (each row's sinks and positions "
+                f"count from its own first token), got pads {pads}"
+            )
+        if shift is not None and len(shift.inv_freq) != len(rows):
+            raise ValueError(
+                f"shift gives rotary frequencies for {len(shift.inv_freq)} layers, the plan "
+                f"has {len(rows)}"
+            )
+        self.shift = shift
         self.plan, self.sinks = rows, sink_rows
         self.n_head, self.n_kv_head, self.head_dim = n_head, n_kv_head, head_dim
         self.batch, self.max_len, self.length = batch, max_len, 0
@@ -214,6 +240,8 @@ class KVCache:
         if t >= self.max_len:
             raise ValueError(f"cache holds at most max_len={self.max_len} positions")
         if torch.compiler.is_compiling():
+            if self.shift is not None:
+                raise ValueError("a rolling KVCache does not run inside torch.compile")
             return self._attend_fixed(layer, q, k, v, scale, t, logit)
         bsz, d = q.shape[0], self.head_dim
         # Query head h reads KV head h // G, so (B, Hq, 1, D) -> (B, Hkv, G, D) lines them up.
@@ -229,7 +257,7 @@ class KVCache:
             n = min(t + 1, b.capacity)  # valid ring entries
             qb = qg[:, b.select]
             for r in b.rows:
-                keys, values, mask = self._read(b, r.window, r.sinks, t, n)
+                keys, values, mask = self._read(layer, b, r.window, r.sinks, t, n)
                 # Each query reads exactly its own window and sinks: no T, no mask unpadded.
                 y = sdpa_with_sink_logit(
                     qb[:, r.kv][:, :, r.g], keys[:, r.kv], values[:, r.kv], mask, scale,
@@ -276,15 +304,17 @@ class KVCache:
         return out.unsqueeze(2)
 
     def _read(
-        self, b: Bucket, window: int, sinks: int, t: int, n: int
+        self, layer: int, b: Bucket, window: int, sinks: int, t: int, n: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Keys and values (B, Hb, L, D) a query at slot t of (window, sinks) reads, and the
-        (B, 1, 1, L) mask padded rows need (None without padding)."""
+        (B, 1, 1, L) mask padded rows need (None without padding). Rolling, the sinks come
+        rotated to their positions within the cache."""
         s = b.sinks
         if self.pads is None:
             # Sinks the window has left: j <= t - window, at most `sinks`.
             n_sink = max(0, min(sinks, t - window + 1))
-            if n_sink == s and window >= n:  # sinks then the whole ring: one contiguous view
+            moving = self.shift is not None and n_sink and t - (sinks + window - 1) > 0
+            if n_sink == s and window >= n and not moving:  # sinks then the whole ring: a view
                 return b.k[:, :, : s + n], b.v[:, :, : s + n], None
             mask = None
         else:
@@ -297,7 +327,10 @@ class KVCache:
             mask = padded_mask(pads, t, window, n_sink, where)
         if n_sink == 0:
             return ring_k, ring_v, mask
-        keys = torch.cat([b.k[:, :, :n_sink], ring_k], dim=2)
+        sink_k, moved = b.k[:, :, :n_sink], t - (sinks + window - 1)
+        if self.shift is not None and moved > 0:  # the window has left the sinks behind
+            sink_k = self.shift.rotate(layer, sink_k, moved)
+        keys = torch.cat([sink_k, ring_k], dim=2)
         return keys, torch.cat([b.v[:, :, :n_sink], ring_v], dim=2), mask
 
 

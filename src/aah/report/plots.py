@@ -250,3 +250,24 @@ def cut_window_curve(rows: list[Record], path: Path) -> Path:
 def legend_outside(offset: float = 1.02) -> dict[str, Any]:
     """Legend keywords that put it right of the axes, top-aligned (outside the data)."""
     return {"loc": "upper left", "bbox_to_anchor": (offset, 1.0), "borderaxespad": 0.0}
+
+
+def stream_curve(
+    series: dict[str, list[tuple[int, float]]], path: Path, positions: int, title: str
+) -> Path:
+    """Perplexity per chunk against position (log scale) for each stream, the model's
+    positions marked: where a cache that does not roll must stop."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for name, points in series.items():
+        ax.plot([p for p, _ in points], [v for _, v in points], "-", label=name, linewidth=1.2)
+    ax.axvline(positions, color="0.4", linestyle=":", linewidth=1)
+    ax.text(positions, 0.98, " model's positions", transform=ax.get_xaxis_transform(),
+            va="top", fontsize=8, color="0.3")  # fmt: skip
+    ax.set_yscale("log")
+    ax.set_xlabel("tokens streamed")
+    ax.set_ylabel("chunk perplexity")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(**legend_outside())
+    return _save(fig, path)

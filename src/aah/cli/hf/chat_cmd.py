@@ -9,13 +9,15 @@ per-head KV cache kept across turns, so a turn feeds only its own tokens, never 
   would hold after the same positions, and the positions used of the context.
 - The turns are the tokenizer's chat template (`hf.run.conversation`): --system sets a system
   turn; a model without a template is refused before it loads.
-- Context: the cache is sized once for --context positions (default: the model's), the
-  conversation's hard limit (a full-window head reserves that many slots from the start). A
-  reply stops early when the context fills; a turn that no longer fits ends the chat with a
-  message on stderr and exit status 0. There is no rolling past the limit: keys are stored
-  after the rotary embedding of their position, so a StreamingLLM-style shift would need the
-  cache to re-rotate them, which it does not; the positions beyond the model's own are ones it
-  was never trained on.
+- Rolling: where every head of the plan holds a bounded window (sinks included, within the
+  model's positions), the cache rolls (`PerHeadCache(rolling=True)`): the conversation goes on
+  past the context and the model's positions, each head keeping its sinks and its window, the
+  sinks given the positions StreamingLLM assigns within the cache; the KV bytes stop growing
+  once every window is full. The status line then says the tokens seen and the windows.
+- Context (a plan that cannot roll, or --no-roll): the cache is sized once for --context
+  positions (default: the model's), the conversation's hard limit (a full-window head reserves
+  that many slots from the start). A reply stops early when the context fills; a turn that no
+  longer fits ends the chat with a message on stderr and exit status 0.
 """
 
 from __future__ import annotations
@@ -31,9 +33,12 @@ input:   one user turn per line of stdin (piped or typed); blank lines are skipp
          input or a line /exit ends the chat
 output:  each reply on stdout; after it one status line on stderr: the reply's tokens/s, the
          KV MB the per-head cache holds against what DynamicCache would hold, positions used
-context: --context N positions (default the model's), reserved once; a reply stops where the
-         context ends, and a turn that no longer fits ends the chat with a message (exit 0);
-         nothing rolls past the limit
+rolling: where every head of the plan has a bounded window, the cache rolls and the chat goes
+         on past the context and the model's positions, its KV bytes constant once the
+         windows are full (--no-roll: a fixed context, as for a plan that cannot roll)
+context: without rolling, --context N positions (default the model's), reserved once; a
+         reply stops where the context ends, and a turn that no longer fits ends the chat
+         with a message (exit 0)
 
   printf 'What is the capital of France?\\nAnd of Germany?\\n' | \\
       aah chat MODEL --plan plan.json --temperature 0
@@ -55,9 +60,11 @@ def add_chat_arguments(p: argparse.ArgumentParser) -> None:
                    help="tokens per reply at most (default 256)")  # fmt: skip
     p.add_argument(
         "--context", type=int, default=None, metavar="N",
-        help="positions the whole conversation may use (default: the model's); the cache is "
-        "sized for it once, and a turn that no longer fits ends the chat",
+        help="without rolling: positions the whole conversation may use (default: the "
+        "model's); the cache is sized for it once, and a turn that no longer fits ends the chat",
     )  # fmt: skip
+    p.add_argument("--no-roll", action="store_true",
+                   help="keep a fixed context even where the plan could roll")  # fmt: skip
     flags.add_sampling(p)
     flags.add_device(p)
     flags.add_threads(p)
@@ -94,13 +101,13 @@ def run_chat(
     if pre.known:
         _check_template(pre.tokenizer, args)
 
-    from aah.integrations.hf import apply, per_head_cache
+    from aah.integrations.hf import apply
 
     model, tokenizer, exact = load_planned(args, pre)
     context = chat_context(args.context, exact.max_positions, args.max_new_tokens)
     _check_template(tokenizer, args)
     apply(model, planned(args, pre, model, tokenizer))
-    cache = per_head_cache(model, max_cache_len=context)
+    cache = chat_cache(model, context, args.no_roll, err)
     if args.seed is not None:
         import torch
 
@@ -109,6 +116,20 @@ def run_chat(
 
     session = ChatSession(model, tokenizer, cache, context, exact, args.system)
     return session.run(stdin, out, err, args.max_new_tokens, options)
+
+
+def chat_cache(model: Any, context: int, no_roll: bool, err: TextIO) -> Any:
+    """A rolling per-head cache where the plan allows it and --no-roll is not given, else one
+    sized for `context` positions (the reason rolling was refused goes to `err`)."""
+    from aah.integrations.hf import per_head_cache
+
+    if not no_roll:
+        try:
+            return per_head_cache(model, rolling=True)
+        except ValueError as why:
+            err.write(f"aah chat: no rolling ({why}); the conversation ends at {context} "
+                      "positions\n")  # fmt: skip
+    return per_head_cache(model, max_cache_len=context)
 
 
 def chat_context(asked: int | None, positions: int | None, new: int) -> int:

@@ -20,7 +20,8 @@ MB = 2**20
 
 
 class ChatSession:
-    """One conversation over one per-head cache sized for `context` positions."""
+    """One conversation over one per-head cache: a rolling one (no end), or one sized for
+    `context` positions."""
 
     def __init__(
         self, model: Any, tokenizer: Any, cache: Any, context: int, limits: Any,
@@ -28,6 +29,7 @@ class ChatSession:
     ) -> None:  # fmt: skip
         self.model, self.tokenizer, self.cache = model, tokenizer, cache
         self.context, self.limits = context, limits
+        self.rolling = bool(getattr(cache, "rolling", False))
         self.conversation = Conversation(tokenizer, system)
         self.history: list[int] = []
         eos = model.generation_config.eos_token_id
@@ -52,7 +54,8 @@ class ChatSession:
                 continue
             ids = self.history + self.conversation.user_turn(text)
             held = self.cache.get_seq_length()
-            room = self.context - len(ids) + 1  # new tokens that fit: the last is never fed
+            # new tokens that fit: the last is never fed; a rolling cache never fills
+            room = new if self.rolling else self.context - len(ids) + 1
             if room < 1:
                 err.write(self._full(len(ids) - held, held) + "\n")
                 return 0
@@ -84,12 +87,18 @@ class ChatSession:
         full = full_kv_bytes(self.limits.kv, seen)
         rate = made.tokens_per_s
         speed = f"{rate:.1f} tok/s" if rate is not None else "- tok/s"
-        ended = "; the context is full" if len(self.history) > self.context else ""
+        if self.rolling:
+            window = max(max(row) for row in self.cache.windows)
+            sinks = max(max(row) for row in self.cache.sinks)
+            where = f"{seen} tokens seen, rolling (windows up to {window} + {sinks} sinks)"
+        else:
+            ended = "; the context is full" if len(self.history) > self.context else ""
+            where = f"{seen} of {self.context} positions{ended}"
         return (
             f"[turn {turn}] {len(made.new_ids)} tokens at {speed} (turn's {made.fed} tokens "
             f"prefilled in {made.prefill_s:.2f} s) | KV {held / MB:.3f} MB held after {seen} "
             f"positions, DynamicCache would hold {full / MB:.3f} MB (KV share {held / full:.3f})"
-            f" | {seen} of {self.context} positions{ended}"
+            f" | {where}"
         )
 
     def _full(self, needed: int, held: int) -> str:

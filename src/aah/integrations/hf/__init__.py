@@ -7,7 +7,8 @@
     model, tokenizer = hf.load_model("model.gguf")  # a .gguf, a folder, or a hub name
 
 For decoding that keeps only each head's window and sinks, pass a `hf.run.cache.PerHeadCache`
-(`hf.per_head_cache(model, max_cache_len)`) to `generate`.
+(`hf.per_head_cache(model, max_cache_len)`) to `generate`; `hf.per_head_cache(model,
+rolling=True)` never fills (every head bounded: it streams past the model's positions).
 
 Supported families (config.model_type): GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma 3 (GQA
 included).

@@ -157,11 +157,14 @@ def current_sinks(model: torch.nn.Module) -> list[list[int]] | None:
     return [list(r) if r is not None else [0] * n_head for r in rows]
 
 
-def per_head_cache(model: torch.nn.Module, max_cache_len: int | None = None) -> Any:
-    """A `hf.run.cache.PerHeadCache` for the plan and sinks now applied, for `generate`'s cache."""
+def per_head_cache(
+    model: torch.nn.Module, max_cache_len: int | None = None, *, rolling: bool = False
+) -> Any:
+    """A `hf.run.cache.PerHeadCache` for the plan and sinks now applied, for `generate`'s cache;
+    `rolling=True`: one that never fills (every head bounded; positions past the model's)."""
     from aah.integrations.hf.run.cache import PerHeadCache
 
-    return PerHeadCache(model, max_cache_len)
+    return PerHeadCache(model, max_cache_len, rolling=rolling)
 
 
 def remove(model: torch.nn.Module) -> None:

@@ -22,6 +22,17 @@ its own first real tokens. Other padding (right, holes, packed rows, custom mask
 the rings follow one run of real tokens ending at the last slot. Under `torch.compile` the
 decoding step reads each ring whole under a mask (`KVCache` documents it), one graph for every
 step; the checks that read tensor values (padding, mask, plan) run only outside compiled code.
+Rolling (`PerHeadCache(model, rolling=True)`, for plans whose every head holds a bounded window,
+sinks included, within the model's positions): the cache never fills and `generate` runs past
+the model's positions. Once a head's window has left its sinks, a query at position p reads its
+s sinks and its w last keys with the positions StreamingLLM assigns within the cache (sinks at
+0 .. s - 1, the window at s .. s + w - 1, the query at s + w - 1): keys are stored rotated, and
+the few sink keys a step reads are rotated forward by p - (s + w - 1) with the model's own
+frequencies (`aah.model.cache`, `hf.run.rope_frequencies`). Every forward, the prompt's too,
+then runs through the cache (`aah.model.cache_extend`). Refused with ValueError: a head whose
+window reaches the model's positions (it would keep everything), a model without rotary
+positions, left padding, `torch.compile`.
+
 Needs transformers with layered caches (`cache_utils.CacheLayerMixin`, 4.56+). Refused with
 ValueError: several new tokens into a filled cache of a left-padded batch or under
 `torch.compile`, beam search, cropping (assisted or speculative decoding), a model not running
@@ -36,7 +47,8 @@ import torch
 
 from aah.integrations.hf.run.attention import CACHE_MARK, SINKS_ATTR, WINDOWS_ATTR
 from aah.integrations.hf.run.model_layout import layout, require_transformers, sliding_windows
-from aah.model.cache import KVCache
+from aah.integrations.hf.run.rope_frequencies import rope_shift
+from aah.model.cache import UNBOUNDED_LEN, KVCache
 from aah.model.cache_extend import extend
 from aah.model.cache_snapshot import KVSnapshot, restore_snapshot, take_snapshot
 
@@ -82,7 +94,7 @@ class _Layer(CacheLayerMixin):
         return self.seen
 
     def get_max_length(self) -> int:
-        return self.owner.max_cache_len
+        return -1 if self.owner.rolling else self.owner.max_cache_len
 
     def reset(self) -> None:
         self.seen = 0
@@ -145,11 +157,18 @@ class PerHeadCache(Cache):
         model: a supported transformers model running "aah" attention (after `hf.apply`).
         max_cache_len: the most positions it will hold (prompt, padding and new tokens);
             default the config's max_position_embeddings. Full-window heads reserve this many.
+        rolling: never fill (module docstring); then `max_cache_len` is not given.
     """
 
-    def __init__(self, model: torch.nn.Module, max_cache_len: int | None = None) -> None:
+    def __init__(
+        self, model: torch.nn.Module, max_cache_len: int | None = None, *, rolling: bool = False
+    ) -> None:
         lay = layout(model)
         config = model.config
+        if rolling and max_cache_len is not None:
+            raise ValueError(
+                f"a rolling PerHeadCache has no length limit: drop max_cache_len={max_cache_len}"
+            )
         limit = (
             getattr(config, "max_position_embeddings", None)
             if max_cache_len is None
@@ -157,7 +176,8 @@ class PerHeadCache(Cache):
         )
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"max_cache_len must be an int >= 1, got {max_cache_len!r}")
-        self.max_cache_len = limit
+        self.rolling = rolling
+        self.max_cache_len = UNBOUNDED_LEN if rolling else limit
         self.windows, self.sinks = [], []
         for module, cap in zip(lay.modules, sliding_windows(model), strict=True):
             if not hasattr(module, WINDOWS_ATTR):
@@ -171,6 +191,10 @@ class PerHeadCache(Cache):
             sinks = getattr(module, SINKS_ATTR, None)
             self.sinks.append([0] * lay.n_head if sinks is None else [int(s) for s in sinks])
         self.sliding = sliding_windows(model)  # each layer's own window: its mask hides older keys
+        self.shift = None
+        if rolling:
+            refuse_unbounded(self.windows, self.sinks, limit)
+            self.shift = rope_shift(model)
         self.n_kv_head = lay.n_kv_head
         self.head_dim = lay.head_dim
         self.store: KVCache | None = None
@@ -209,6 +233,8 @@ class PerHeadCache(Cache):
 
     def _build(self, k: torch.Tensor, position_ids: torch.Tensor | None) -> KVCache:
         pads = None
+        if self.rolling and torch.compiler.is_compiling():
+            raise _refuse("a rolling cache inside torch.compile")
         if position_ids is not None:
             # generate numbers each row's real tokens from 0: the last one's id gives the pad.
             last = position_ids.expand(k.shape[0], -1)[:, -1].long()
@@ -218,10 +244,15 @@ class PerHeadCache(Cache):
                     f"PerHeadCache: position ids {last.tolist()} do not start at 0 after left "
                     "padding"
                 )
+            if self.rolling and bool((pads > 0).any()):
+                raise _refuse(
+                    f"left padding ({pads.tolist()} slots) on a rolling cache (each row's "
+                    "positions move with its own stream): stream one unpadded row at a time"
+                )
         return KVCache(
             self.windows, n_kv_head=self.n_kv_head, head_dim=self.head_dim, batch=k.shape[0],
             max_len=self.max_cache_len, dtype=k.dtype, device=k.device, sinks=self.sinks,
-            pads=pads,
+            pads=pads, shift=self.shift,
         )  # fmt: skip
 
     def _update(self, layer: int, k: torch.Tensor, v: torch.Tensor, position_ids):  # type: ignore[no-untyped-def]
@@ -232,7 +263,7 @@ class PerHeadCache(Cache):
                 "were never read); call aah.hf.apply(model, plan)"
             )
         seen, n_new = self.layers[layer].seen, k.shape[2]
-        if seen + n_new > self.max_cache_len:
+        if not self.rolling and seen + n_new > self.max_cache_len:
             raise ValueError(
                 f"PerHeadCache: {seen + n_new} positions exceed max_cache_len="
                 f"{self.max_cache_len}; build the cache with max_cache_len >= prompt length + "
@@ -243,15 +274,16 @@ class PerHeadCache(Cache):
                 self.store = self._build(k, position_ids)
             elif self.store is None or self.store.length != 0:
                 raise ValueError("PerHeadCache: layers must run in order, from layer 0")
-            self.store.prefill(layer, k, v)  # only each head's sinks and last C positions
-            if layer == len(self.layers) - 1:
-                self.store.advance(n_new)
+            if not self.rolling:  # a rolling prompt is attended and stored by `_attend`
+                self.store.prefill(layer, k, v)  # only each head's sinks and last C positions
+                if layer == len(self.layers) - 1:
+                    self.store.advance(n_new)
         elif n_new != 1 and (self.store.pads is not None or torch.compiler.is_compiling()):
             raise _refuse(
                 f"feeding {n_new} tokens to a filled cache of a left-padded batch or under "
                 "torch.compile (chunked prefill)"
             )
-        step = _Step(self, layer, seen, decoding=seen > 0)
+        step = _Step(self, layer, seen, decoding=seen > 0 or self.rolling)
         self.pending[layer] = step
         self.layers[layer].seen = seen + n_new
         setattr(k, CACHE_MARK, step)
@@ -324,3 +356,21 @@ class PerHeadCache(Cache):
         cap = self.sliding[layer]
         recent = slots > query - cap if cap else torch.ones_like(real[0])
         return bool(((allowed == real[:, None]) | ~recent).all())
+
+
+def refuse_unbounded(windows: list[list[int]], sinks: list[list[int]], positions: int) -> None:
+    """ValueError naming every head that cannot roll: a window (sinks included) reaching the
+    model's `positions` keeps everything it saw, or shows distances it was never trained on."""
+    heads = [
+        f"layer {i} head {h} (window {w}" + (f" + {s} sinks)" if s else ")")
+        for i, (row, srow) in enumerate(zip(windows, sinks, strict=True))
+        for h, (w, s) in enumerate(zip(row, srow, strict=True))
+        if w >= positions or w + s > positions
+    ]
+    if heads:
+        shown = "; ".join(heads[:8]) + (f"; and {len(heads) - 8} more" if len(heads) > 8 else "")
+        raise ValueError(
+            f"a rolling cache needs every head bounded: window plus sinks within the model's "
+            f"{positions} positions, and {len(heads)} heads are not: {shown}. Give those "
+            "heads a window (a plan searched at a length below the model's positions)"
+        )
