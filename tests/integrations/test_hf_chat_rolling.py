@@ -1,7 +1,8 @@
 """`aah chat` with a plan whose every head is bounded rolls: a piped conversation longer than
 --context and than the model's positions keeps answering, every reply the one the rolling rule
 gives on the whole conversation (recomputed without a cache by the float64 reference of
-`test_hf_rolling`), and the KV line stops growing once every window is full."""
+`test_hf_rolling`), and the KV line stops growing once every window is full. `aah generate
+--roll --question` answers questions over a document longer than the model the same way."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from hf_tokenized import chat_text, save_chat_llama
+from hf_tokenized import TEXT, chat_text, save_chat_llama
 from test_hf_rolling import as_reference
 
 from aah.cli import main
@@ -85,3 +86,28 @@ def test_a_chat_longer_than_its_context_keeps_answering(chat, capsys, monkeypatc
                                      clean_up_tokenization_spaces=False))  # fmt: skip
     assert out == "".join(r + "\n" for r in replies)
     assert len(history) - 1 == seen[-1]
+
+
+def test_questions_over_a_document_longer_than_the_model_roll(chat, capsys, monkeypatch, tmp_path):
+    document = TEXT[:400]
+    doc = tmp_path / "doc.txt"
+    doc.write_text(document, encoding="utf-8")
+    questions = ["what does f return?", "name the class"]
+    argv = ["generate", chat["folder"], "--plan", chat["plan"], "--temperature", "0",
+            "--max-new-tokens", str(NEW), "--prompt-file", str(doc), "--raw",
+            *[flag for q in questions for flag in ("--question", q)]]  # fmt: skip
+    capsys.readouterr()
+    assert main(argv) == 2  # without --roll: beyond the model's positions
+    assert f"fill the model's {POSITIONS} positions" in capsys.readouterr().err
+    assert main([*argv, "--roll"]) == 0
+    out, err = capsys.readouterr()
+    expected = []
+    for question in questions:
+        ids = chat["tokenizer"](document.rstrip() + "\n\n" + question)["input_ids"]
+        assert len(ids) > POSITIONS
+        reply = rolling_reply(chat, ids)
+        text = chat["tokenizer"].decode(reply, skip_special_tokens=True,
+                                        clean_up_tokenization_spaces=False)  # fmt: skip
+        expected.append(f"> {question}\n{text}\n")
+    assert out == "\n".join(expected)
+    assert "prefilled once" in err

@@ -56,7 +56,11 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     flags.add_default_plan(p)
     p.add_argument("--max-new-tokens", type=int, default=256, metavar="N",
                    help="tokens to generate (default 256; a run's tokens are bytes), per "
-                   "question with --question; prompt + N <= the model's positions")  # fmt: skip
+                   "question with --question; prompt + N <= the model's positions unless "
+                   "--roll")  # fmt: skip
+    p.add_argument("--roll", action="store_true",
+                   help="a Hugging Face model's rolling cache (every head of the plan bounded): "
+                   "the prompt and the reply may run past the model's positions")  # fmt: skip
     flags.add_sampling(p)
     flags.add_device(p)
     flags.add_threads(p)

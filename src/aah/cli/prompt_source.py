@@ -95,6 +95,7 @@ def check_run_dir_prompt(args: argparse.Namespace) -> None:
         "--system": args.system is not None,
         "--question": bool(args.question),
         "--kv-fraction": getattr(args, "kv_fraction", None) is not None,
+        "--roll": bool(getattr(args, "roll", False)),
     }
     for flag, given in given_flags.items():
         if given:

@@ -13,7 +13,9 @@ ids a separate run on document + question reads (`hf.prompt`).
 
 The cache is sized for the longest run and every new token (`max_cache_len = prompt + N`), so
 the generation never runs out of room; a prompt and N beyond the model's positions are refused
-before the weights load where the tokenizer is local, else before the first token. The same
+before the weights load where the tokenizer is local, else before the first token. With --roll
+the cache rolls instead (`PerHeadCache(rolling=True)`: every head of the plan bounded, refused
+with the heads named otherwise): prompt and reply may run past the model's positions. The same
 checks as `aah plan` run before the weights load (`hf.session`).
 """
 
@@ -52,6 +54,8 @@ def run_hf_generate(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: T
     options = sampling_options(args)
     pre = preflight(args)
     new, positions = args.max_new_tokens, pre.positions()
+    if args.roll:
+        positions = None  # a rolling cache has no limit
     if positions is not None and new >= positions:
         raise ValueError(
             f"--max-new-tokens {new} leaves no room for the prompt in the model's {positions} "
@@ -69,9 +73,13 @@ def run_hf_generate(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: T
     model, tokenizer, exact = load_planned(args, pre)
     if prompts is None:
         prompts = _prompts(args, text, tokenizer, exact.vocab_size)
-    check_positions(prompts.longest, new, exact.max_positions, prompt_label(args, prompts))
+    limit = None if args.roll else exact.max_positions
+    check_positions(prompts.longest, new, limit, prompt_label(args, prompts))
     apply(model, planned(args, pre, model, tokenizer))
-    cache = per_head_cache(model, max_cache_len=prompts.longest + new)
+    if args.roll:
+        cache = per_head_cache(model, rolling=True)
+    else:
+        cache = per_head_cache(model, max_cache_len=prompts.longest + new)
     run = Run(model, tokenizer, cache, new, options, args.seed, exact)
     if args.question:
         return run.questions(prompts, args.question, out, err)
