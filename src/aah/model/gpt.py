@@ -6,7 +6,8 @@ attention sinks (`[layer][head] -> int`, default 0: query i also sees keys j < s
 
 One path for training, prefill and decoding: `forward(idx, cache=cache)` runs the same blocks;
 with a `KVCache` (from `make_cache`) the first call stores the prompt's keys and values and
-each later call feeds one token per row at the next position.
+each later call feeds one token per row at the next position (a rolling cache,
+`make_cache(batch, rolling=True)`, takes chunks of any length and streams past max_seq_len).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from torch import nn
 
 from aah.attention import windowed_attention
 from aah.attention.variants import make_variant
-from aah.model.cache import KVCache, LayerCache
+from aah.model.cache import UNBOUNDED_LEN, KVCache, LayerCache
 from aah.model.config import SCORE_BIAS_POSITIONS, GPTConfig
 from aah.model.positions import NoPosition, make_position
+from aah.model.rope_shift import RopeShift
 from aah.plan import check_plan, check_sinks
 
 #: One layer's activations for a window controller: q and k after the position transform, v,
@@ -85,7 +87,10 @@ class Attention(nn.Module):
         k = k.view(b, t, hkv, d).transpose(1, 2)  # (B, Hkv, T, D)
         v = v.view(b, t, hkv, d).transpose(1, 2)
         q, k = position.rotate(q, k, offset)
-        if cache is not None and offset > 0:  # a decoding step: each head's window and sinks
+        rolling = cache is not None and cache.store.shift is not None
+        if rolling and (offset == 0 or t > 1):  # the rolling rule over held and new keys
+            y = cache.extend(q, k, v, 1.0 / math.sqrt(d))  # type: ignore[union-attr]
+        elif cache is not None and offset > 0:  # a decoding step: each head's window and sinks
             y = cache.attend(q, k, v, 1.0 / math.sqrt(d))
         elif self.attend is None:
             # K/V stay at Hkv heads: windowed_attention maps query head h to kv head h // G.
@@ -93,7 +98,7 @@ class Attention(nn.Module):
             y = windowed_attention(q, k, v, self.windows, backend=self.backend, **extra)
         else:  # a variant (or a score-bias position): same windows, same GQA layout
             y = self.attend(q, k, v, self.windows)
-        if cache is not None and offset == 0:
+        if cache is not None and offset == 0 and not rolling:
             cache.prefill(k, v)
         plain = self.attend is None and not any(self.sinks) and (cache is None or offset == 0)
         acts = (q, k, v, y if plain else None)
@@ -176,7 +181,8 @@ class GPT(nn.Module):
             raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
         t = idx.shape[1]
         offset = 0 if cache is None else self._check_cache(cache, idx)
-        if offset + t > self.config.max_seq_len:
+        rolling = cache is not None and cache.shift is not None
+        if offset + t > self.config.max_seq_len and not rolling:
             what = f"position {offset} + {t} tokens" if offset else f"sequence length {t}"
             raise ValueError(f"{what} exceeds model.max_seq_len {self.config.max_seq_len}")
         x = self.embed_input(idx, offset)
@@ -224,11 +230,27 @@ class GPT(nn.Module):
                 f"position {self.config.position!r}"
             )
 
-    def make_cache(self, batch: int, max_len: int, *, dtype: torch.dtype | None = None) -> KVCache:
+    def make_cache(
+        self,
+        batch: int,
+        max_len: int | None = None,
+        *,
+        dtype: torch.dtype | None = None,
+        rolling: bool = False,
+    ) -> KVCache:
         """An empty `KVCache` for `forward(idx, cache=...)`: `batch` rows, room for `max_len`
         positions, each head sized by the plan and sinks in force. dtype: that of the keys
-        (None: the parameters', or autocast's where it is on for their device)."""
+        (None: the parameters', or autocast's where it is on for their device). `rolling`
+        (no `max_len`): a cache that never fills, every head keeping its sinks and window,
+        the sinks moved to their StreamingLLM positions (`aah.model.cache`); it takes chunks
+        of any length and streams past `max_seq_len`. Needs rotary or no positions and every
+        head bounded (window plus sinks within `max_seq_len`)."""
         self.check_decodable()
+        if rolling != (max_len is None):
+            raise ValueError(
+                "give max_len for a cache that fills, or rolling=True (and no max_len) for "
+                f"one that rolls; got max_len={max_len}, rolling={rolling}"
+            )
         weight = self.embed.weight
         if dtype is None:
             kind = weight.device.type
@@ -240,16 +262,40 @@ class GPT(nn.Module):
             n_kv_head=cfg.n_kv_head,
             head_dim=cfg.head_dim,
             batch=batch,
-            max_len=max_len,
+            max_len=UNBOUNDED_LEN if max_len is None else max_len,
             dtype=dtype,
             device=weight.device,
             sinks=self.sink_plan(),
+            shift=self._rolling_shift() if rolling else None,
         )
+
+    def _rolling_shift(self) -> RopeShift:
+        """How a rolling cache moves this model's sinks: its rotary frequencies (none without
+        positions: nothing to move); ValueError for learned positions or an unbounded head."""
+        cfg = self.config
+        if cfg.position == "learned":
+            raise ValueError(
+                "a rolling cache needs rotary or no positions: learned positions stop at "
+                f"max_seq_len {cfg.max_seq_len}"
+            )
+        unbounded = [
+            f"layer {i} head {h} (window {w} + {s} sinks)"
+            for i, (row, srow) in enumerate(zip(self.window_plan(), self.sink_plan(), strict=True))
+            for h, (w, s) in enumerate(zip(row, srow, strict=True))
+            if w >= cfg.max_seq_len or w + s > cfg.max_seq_len
+        ]
+        if unbounded:
+            raise ValueError(
+                f"a rolling cache needs every head bounded (window plus sinks within "
+                f"max_seq_len {cfg.max_seq_len}); not: {'; '.join(unbounded[:8])}"
+            )
+        inv_freq = getattr(self.position, "inv_freq", torch.zeros(cfg.head_dim // 2))
+        return RopeShift.of([inv_freq] * cfg.n_layer, "pairs")
 
     def _check_cache(self, cache: KVCache, idx: torch.Tensor) -> int:
         """The cache's position count, once it is known to fit idx and the plan in force."""
         t = cache.length
-        if t > 0 and idx.shape[1] != 1:
+        if t > 0 and idx.shape[1] != 1 and cache.shift is None:
             raise ValueError(f"a filled cache takes one token per row, got idx {tuple(idx.shape)}")
         if idx.shape[0] != cache.batch:
             raise ValueError(f"idx has {idx.shape[0]} rows, the cache {cache.batch}")

@@ -47,11 +47,18 @@ class RotaryPosition(NoPosition):
         inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
         angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq)  # (T, D/2)
         # Non-persistent: derived from the config, so checkpoints stay small and exact.
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
     def _cis(self, seq_len: int, offset: int, dtype: torch.dtype) -> torch.Tensor:
-        """exp(i * angle) for positions offset .. offset + seq_len - 1: (T, D/2) complex."""
+        """exp(i * angle) for positions offset .. offset + seq_len - 1: (T, D/2) complex; past
+        the table (a rolling cache streams on) computed in float64 as the table was."""
+        if offset + seq_len > self.cos.shape[0]:
+            where = torch.arange(offset, offset + seq_len, dtype=torch.float64)
+            angles = torch.outer(where.to(self.inv_freq.device), self.inv_freq)
+            cos, sin = angles.cos().float(), angles.sin().float()
+            return torch.complex(cos.to(dtype), sin.to(dtype))
         rows = slice(offset, offset + seq_len)
         return torch.complex(self.cos[rows].to(dtype), self.sin[rows].to(dtype))
 
