@@ -364,3 +364,24 @@ class LayerCache:
         from aah.model.cache_extend import extend  # it builds on this module
 
         return extend(self.store, self.index, q, k, v, scale)
+
+
+def refuse_unbounded(
+    windows: Sequence[Sequence[int]], sinks: Sequence[Sequence[int]], positions: int, what: str
+) -> None:
+    """ValueError naming every head that cannot roll: one whose window reaches `positions`
+    (`what` the limit is: the model's positions, max_seq_len) keeps everything it saw, and one
+    whose window plus sinks passes them shows distances the model was never trained on."""
+    heads = [
+        f"layer {i} head {h} (window {w}" + (f" + {s} sinks)" if s else ")")
+        for i, (row, srow) in enumerate(zip(windows, sinks, strict=True))
+        for h, (w, s) in enumerate(zip(row, srow, strict=True))
+        if w >= positions or w + s > positions
+    ]
+    if heads:
+        shown = "; ".join(heads[:8]) + (f"; and {len(heads) - 8} more" if len(heads) > 8 else "")
+        raise ValueError(
+            f"a rolling cache needs every head bounded, its window plus sinks within {what} "
+            f"({positions}), and {len(heads)} heads are not: {shown}. Give those heads a "
+            "window (a plan searched at a length below the model's positions)"
+        )

@@ -22,7 +22,7 @@ from torch import nn
 
 from aah.attention import windowed_attention
 from aah.attention.variants import make_variant
-from aah.model.cache import UNBOUNDED_LEN, KVCache, LayerCache
+from aah.model.cache import UNBOUNDED_LEN, KVCache, LayerCache, refuse_unbounded
 from aah.model.config import SCORE_BIAS_POSITIONS, GPTConfig
 from aah.model.positions import NoPosition, make_position
 from aah.model.rope_shift import RopeShift
@@ -278,17 +278,7 @@ class GPT(nn.Module):
                 "a rolling cache needs rotary or no positions: learned positions stop at "
                 f"max_seq_len {cfg.max_seq_len}"
             )
-        unbounded = [
-            f"layer {i} head {h} (window {w} + {s} sinks)"
-            for i, (row, srow) in enumerate(zip(self.window_plan(), self.sink_plan(), strict=True))
-            for h, (w, s) in enumerate(zip(row, srow, strict=True))
-            if w >= cfg.max_seq_len or w + s > cfg.max_seq_len
-        ]
-        if unbounded:
-            raise ValueError(
-                f"a rolling cache needs every head bounded (window plus sinks within "
-                f"max_seq_len {cfg.max_seq_len}); not: {'; '.join(unbounded[:8])}"
-            )
+        refuse_unbounded(self.window_plan(), self.sink_plan(), cfg.max_seq_len, "max_seq_len")
         inv_freq = getattr(self.position, "inv_freq", torch.zeros(cfg.head_dim // 2))
         return RopeShift.of([inv_freq] * cfg.n_layer, "pairs")
 

@@ -48,7 +48,7 @@ import torch
 from aah.integrations.hf.run.attention import CACHE_MARK, SINKS_ATTR, WINDOWS_ATTR
 from aah.integrations.hf.run.model_layout import layout, require_transformers, sliding_windows
 from aah.integrations.hf.run.rope_frequencies import rope_shift
-from aah.model.cache import UNBOUNDED_LEN, KVCache
+from aah.model.cache import UNBOUNDED_LEN, KVCache, refuse_unbounded
 from aah.model.cache_extend import extend
 from aah.model.cache_snapshot import KVSnapshot, restore_snapshot, take_snapshot
 
@@ -193,7 +193,7 @@ class PerHeadCache(Cache):
         self.sliding = sliding_windows(model)  # each layer's own window: its mask hides older keys
         self.shift = None
         if rolling:
-            refuse_unbounded(self.windows, self.sinks, limit)
+            refuse_unbounded(self.windows, self.sinks, limit, "the model's positions")
             self.shift = rope_shift(model)
         self.n_kv_head = lay.n_kv_head
         self.head_dim = lay.head_dim
@@ -356,21 +356,3 @@ class PerHeadCache(Cache):
         cap = self.sliding[layer]
         recent = slots > query - cap if cap else torch.ones_like(real[0])
         return bool(((allowed == real[:, None]) | ~recent).all())
-
-
-def refuse_unbounded(windows: list[list[int]], sinks: list[list[int]], positions: int) -> None:
-    """ValueError naming every head that cannot roll: a window (sinks included) reaching the
-    model's `positions` keeps everything it saw, or shows distances it was never trained on."""
-    heads = [
-        f"layer {i} head {h} (window {w}" + (f" + {s} sinks)" if s else ")")
-        for i, (row, srow) in enumerate(zip(windows, sinks, strict=True))
-        for h, (w, s) in enumerate(zip(row, srow, strict=True))
-        if w >= positions or w + s > positions
-    ]
-    if heads:
-        shown = "; ".join(heads[:8]) + (f"; and {len(heads) - 8} more" if len(heads) > 8 else "")
-        raise ValueError(
-            f"a rolling cache needs every head bounded: window plus sinks within the model's "
-            f"{positions} positions, and {len(heads)} heads are not: {shown}. Give those "
-            "heads a window (a plan searched at a length below the model's positions)"
-        )
