@@ -118,21 +118,22 @@ def run_arm(model: Any, arm: Arm, ids: torch.Tensor, chunk: int, positions: int)
     return stream_perplexity(model, ids, cache, chunk=chunk, limit=limit, on_row=show)
 
 
-def summary(rows: list[Any], positions: int, chunk: int, total: int) -> dict[str, Any]:
+def summary(rows: list[Any], positions: int, total: int) -> dict[str, Any]:
     """The figures the module docstring names, for one arm (None where the stream is short)."""
+    starts = [0] + [r.position for r in rows[:-1]]  # each chunk's first token
     early = [r.perplexity for r in rows if positions // 4 < r.position <= positions]
-    late = [r.perplexity for r in rows if r.position - chunk >= positions]
+    late = [r.perplexity for r, a in zip(rows, starts, strict=True) if a >= positions]
     held = [r.kv_mb for r in rows]
     steady_from = next(
         (rows[i].position for i in range(len(rows)) if len(set(held[i:])) == 1), None
     )
 
     def rate(lo: int, hi: int) -> float | None:
-        picked = [r for r in rows if lo <= r.position - chunk < hi]
+        """Tokens per second over the chunks whose first token lies in [lo, hi)."""
+        picked = [(r, r.position - a) for r, a in zip(rows, starts, strict=True) if lo <= a < hi]
         if not picked:
             return None
-        tokens = sum(min(chunk, r.position) for r in picked)
-        return tokens / sum(min(chunk, r.position) / r.tokens_per_s for r in picked)
+        return sum(n for _, n in picked) / sum(n / r.tokens_per_s for r, n in picked)
 
     first, last = rate(RATE_SPAN, 2 * RATE_SPAN), rate(total - RATE_SPAN, total)
     mean_early = statistics.fmean(early) if early else None
@@ -186,9 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     results = {arm.name: run_arm(model, arm, ids, args.chunk, positions) for arm in arms}
-    summaries = {
-        name: summary(rows, positions, args.chunk, len(ids)) for name, rows in results.items()
-    }
+    summaries = {name: summary(rows, positions, len(ids)) for name, rows in results.items()}
     for name, s in summaries.items():
         print(f"{name}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in s.items()), file=sys.stderr)
     if args.plot:
