@@ -88,8 +88,8 @@ def add_default_plan(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--kv-fraction", type=float, metavar="F",
         help="instead of --plan: the model's default plan keeping F of its full KV cache's bytes "
-        "(shipped for SmolLM2-135M and Gemma 3 270M at T=2048 and 4096, F 0.3 and 0.5 where "
-        "searched; else cached from an earlier search; else searched now, minutes, and cached)",
+        "(shipped for SmolLM2-135M and Gemma 3 270M at T=2048 and 4096, F 0.3 and 0.5; else "
+        "cached from an earlier search; else searched now, minutes, and cached)",
     )  # fmt: skip
     p.add_argument(
         "--plan-length", type=int, default=2048, metavar="T",
