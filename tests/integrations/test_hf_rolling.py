@@ -126,6 +126,8 @@ def test_rolling_stream_equals_the_float64_rule(family: str) -> None:
     assert cache.get_seq_length() == STREAM
     torch.testing.assert_close(got_all.double(), expected, rtol=0, atol=1e-5)
     assert len(set(held[1:])) == 1  # constant once every window has filled
+    # each step's mask spans its own tokens, not every position seen: its cost does not grow
+    assert cache.layers[0].get_mask_sizes(7) == (7, STREAM)
     # the check can tell: the same plan with its sinks left where they are differs
     with torch.no_grad():
         unmoved = planned(family)(ids).logits.double()

@@ -88,6 +88,10 @@ class _Layer(CacheLayerMixin):
         return self.owner._update(self.index, key_states, value_states, _position_ids(args, kwargs))
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        # Rolling, the mask spans the new tokens only (their keys before them hold no padding):
+        # one that spanned every position seen would cost each step time growing with it.
+        if self.owner.rolling:
+            return query_length, self.seen
         return self.seen + query_length, 0
 
     def get_seq_length(self) -> int:
@@ -134,9 +138,10 @@ class _Step:
         self.consumed = False
 
     def mask_length(self, q_len: int) -> int:
-        """Keys the step's mask spans: every position so far, padding included."""
+        """Keys the step's mask spans: every position so far, padding included; on a rolling
+        cache the new positions only (`_Layer.get_mask_sizes`)."""
         self.consumed = True
-        return self.seen + q_len
+        return q_len if self.cache.rolling else self.seen + q_len
 
     def check_prefill(self, allowed, padding) -> None:  # type: ignore[no-untyped-def]
         """ValueError unless the prompt's mask is causal with the left padding the cache read
@@ -342,14 +347,14 @@ class PerHeadCache(Cache):
             )
 
     def _mask_matches(self, layer: int, allowed: torch.Tensor | None, t: int) -> bool:
-        """Whether the step's mask (B, 1 or H, n, t + n) shows each new query exactly the real
-        slots up to its own, after the prompt's left padding, within the layer's own sliding
-        window (its mask hides the rest)."""
+        """Whether the step's mask (B, 1 or H, n, t + n; rolling: n, n, the new slots only)
+        shows each new query exactly the real slots up to its own, after the prompt's left
+        padding, within the layer's own sliding window (its mask hides the rest)."""
         pads = self.store.pads if self.store is not None else None
         if allowed is None:
             return pads is None
         n = allowed.shape[-2]
-        slots = torch.arange(t + n, device=allowed.device)
+        slots = torch.arange(t + n - allowed.shape[-1], t + n, device=allowed.device)
         query = torch.arange(t, t + n, device=allowed.device)[:, None]  # (n, 1)
         first = torch.zeros(1, dtype=torch.long) if pads is None else pads
         real = (slots >= first.to(allowed.device)[:, None, None]) & (slots <= query)
