@@ -356,15 +356,6 @@ class LayerCache:
         """Store one step's k, v (B, Hkv, 1, D), attend q (B, Hq, 1, D): (B, Hq, 1, D)."""
         return self.store.attend(self.index, q, k, v, scale)
 
-    def extend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
-    ) -> torch.Tensor:
-        """Several positions' k, v (B, Hkv, n, D) after the held ones (a rolling cache's every
-        chunk, its first included): attend q (B, Hq, n, D), then store; (B, Hq, n, D)."""
-        from aah.model.cache_extend import extend  # it builds on this module
-
-        return extend(self.store, self.index, q, k, v, scale)
-
 
 def refuse_unbounded(
     windows: Sequence[Sequence[int]], sinks: Sequence[Sequence[int]], positions: int, what: str

@@ -23,6 +23,7 @@ from torch import nn
 from aah.attention import windowed_attention
 from aah.attention.variants import make_variant
 from aah.model.cache import UNBOUNDED_LEN, KVCache, LayerCache, refuse_unbounded
+from aah.model.cache_extend import extend
 from aah.model.config import SCORE_BIAS_POSITIONS, GPTConfig
 from aah.model.positions import NoPosition, make_position
 from aah.model.rope_shift import RopeShift
@@ -89,7 +90,7 @@ class Attention(nn.Module):
         q, k = position.rotate(q, k, offset)
         rolling = cache is not None and cache.store.shift is not None
         if rolling and (offset == 0 or t > 1):  # the rolling rule over held and new keys
-            y = cache.extend(q, k, v, 1.0 / math.sqrt(d))  # type: ignore[union-attr]
+            y = extend(cache.store, cache.index, q, k, v, 1.0 / math.sqrt(d))  # type: ignore[union-attr]
         elif cache is not None and offset > 0:  # a decoding step: each head's window and sinks
             y = cache.attend(q, k, v, 1.0 / math.sqrt(d))
         elif self.attend is None:
