@@ -194,3 +194,16 @@ def test_snapshot_and_restore_on_a_rolling_cache() -> None:
     assert torch.equal(first, again)
     expected = reference_logits("llama", torch.cat([document, question], dim=1))
     torch.testing.assert_close(first.double(), expected[:, 150:], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_query_blocks_read_every_key_their_windows_reach(family: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import aah.model.cache_extend as cache_extend
+
+    monkeypatch.setattr(cache_extend, "QUERY_BLOCK", 7)  # many blocks per chunk, some partial
+    ids = ids_of(STREAM)
+    expected = reference_logits(family, ids)
+    model = planned(family)
+    cache = PerHeadCache(model, rolling=True)
+    got = streamed_logits(model, ids, cache, [0, 150, 333, STREAM])
+    torch.testing.assert_close(got.double(), expected, rtol=0, atol=1e-5)
