@@ -68,3 +68,18 @@ def save_chat_llama(folder: Path, seed: int = 0, **overrides: object):  # type: 
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(folder)
     return model, tokenizer
+
+
+def greedy_reply(model, ids: list[int], new: int, eos: int) -> list[int]:  # type: ignore[no-untyped-def]
+    """The greedy reply of `model` to `ids`, up to `new` tokens or `eos`, the whole sequence
+    recomputed at every step (no cache): the reference the commands' cached replies meet."""
+    import torch
+
+    seq = torch.tensor([ids])
+    with torch.no_grad():
+        for _ in range(new):
+            step = model(seq).logits[:, -1].argmax(-1, keepdim=True)
+            seq = torch.cat([seq, step], dim=1)
+            if int(step) == eos:
+                break
+    return seq[0, len(ids) :].tolist()

@@ -21,12 +21,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from hf_tokenized import TEXT, chat_text, save_chat_llama
+from hf_tokenized import TEXT, chat_text, greedy_reply, save_chat_llama
 
 from aah.cli import main
 from aah.integrations import hf
@@ -54,14 +53,7 @@ def chat(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
 
 def reply_of(chat, ids: list[int], new: int = NEW) -> list[int]:  # type: ignore[no-untyped-def]
     """The greedy reply to `ids`, the whole sequence recomputed at every step (no cache)."""
-    seq = torch.tensor([ids])
-    with torch.no_grad():
-        for _ in range(new):
-            step = chat["model"](seq).logits[:, -1].argmax(-1, keepdim=True)
-            seq = torch.cat([seq, step], dim=1)
-            if int(step) == EOS:
-                break
-    return seq[0, len(ids) :].tolist()
+    return greedy_reply(chat["model"], ids, new, EOS)
 
 
 def encode(chat, text: str) -> list[int]:  # type: ignore[no-untyped-def]

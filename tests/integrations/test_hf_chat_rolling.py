@@ -11,12 +11,11 @@ import re
 import sys
 
 import pytest
-import torch
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from hf_tokenized import TEXT, chat_text, save_chat_llama
+from hf_tokenized import TEXT, chat_text, greedy_reply, save_chat_llama
 from test_hf_rolling import as_reference
 
 from aah.cli import main
@@ -44,14 +43,7 @@ def chat(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
 
 def rolling_reply(chat, ids: list[int]) -> list[int]:  # type: ignore[no-untyped-def]
     """The greedy reply under the rolling rule, the whole sequence recomputed at every step."""
-    seq = torch.tensor([ids])
-    with torch.no_grad():
-        for _ in range(NEW):
-            step = chat["reference"](seq).logits[:, -1].argmax(-1, keepdim=True)
-            seq = torch.cat([seq, step], dim=1)
-            if int(step) == EOS:
-                break
-    return seq[0, len(ids) :].tolist()
+    return greedy_reply(chat["reference"], ids, NEW, EOS)
 
 
 def test_a_chat_longer_than_its_context_keeps_answering(chat, capsys, monkeypatch):

@@ -20,7 +20,7 @@ from test_hf_rolling import PLAN, SINKS, ids_of, planned, reference_logits
 from transformers import DynamicCache
 
 from aah.bench import stream as bench_stream
-from aah.bench.stream_arms import compare_arms, steady_positions
+from aah.bench.stream_arms import compare_arms, rolling_bytes
 from aah.integrations import hf
 from aah.integrations.hf.run.streaming import stream_perplexity
 from aah.plan import WindowPlan
@@ -70,13 +70,13 @@ def test_stream_perplexity_refuses_bad_input() -> None:
 
 def test_compare_arms_hold_no_more_than_the_plan() -> None:
     model = tiny_model("llama", max_position_embeddings=64)
-    budget = steady_positions(model, PLAN, SINKS)
+    budget = rolling_bytes(model, PLAN, SINKS)
     arms = compare_arms(model, PLAN, SINKS, 64)
     assert [a.name.split()[0] for a in arms] == ["plan", "window", "window", "full"]
     for arm in arms[1:3]:
-        held = steady_positions(model, arm.windows, arm.sinks)
+        held = rolling_bytes(model, arm.windows, arm.sinks)
         wider = [[w + 1 for w in row] for row in arm.windows]
-        assert held <= budget < steady_positions(model, wider, arm.sinks)  # the widest that fits
+        assert held <= budget < rolling_bytes(model, wider, arm.sinks)  # the widest that fits
     assert arms[1].sinks[0][0] == 4 and arms[2].sinks[0][0] == 0
 
 

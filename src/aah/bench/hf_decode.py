@@ -15,7 +15,6 @@ B x sum over layers and KV heads of (min(S, t) + min(C, t)) x D x 2 x itemsize.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import statistics
 import time
@@ -28,6 +27,7 @@ from aah.attention import coverage
 from aah.attention.kv_bytes import held_positions, kv_capacities, kv_sinks
 from aah.bench.timing import environment
 from aah.cli import flags
+from aah.integrations.hf.run.model_layout import cache_keyword
 from aah.plan import WindowPlan
 
 CACHES = ("per-head", "dynamic")
@@ -93,12 +93,6 @@ def build_model(args: argparse.Namespace, max_len: int) -> torch.nn.Module:
     return LlamaForCausalLM(config).eval()
 
 
-def _cache_name(model: torch.nn.Module) -> str:
-    """The forward's keyword for a cache object in this transformers version."""
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
 def dynamic_nbytes(cache: Any) -> int:
     return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
 
@@ -129,7 +123,7 @@ class _Run:
         from aah.integrations import hf
 
         self.model, self.name, self.plan, self.sinks, self.hf = model, name, plan, sinks, hf
-        self.key = _cache_name(model)
+        self.key = cache_keyword(model)
         self.use()
         self.cache = hf.per_head_cache(model, max_len) if name == "per-head" else DynamicCache()
         self.next = torch.empty(0, dtype=torch.long)

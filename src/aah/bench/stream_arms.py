@@ -3,8 +3,8 @@ window without sinks, each the widest whose rolling cache holds no more KV bytes
 plan's, and full attention (up to the model's positions).
 
 A rolling cache holds, per layer and KV head, its sinks plus its ring (the largest window of the
-head's queries, capped by the layer's own sliding window): `steady_positions` counts them as
-`PerHeadCache` does once every window is full.
+head's queries, capped by the layer's own sliding window): `plan_kv_bytes` at an unbounded
+length counts them as `PerHeadCache` does once every window is full.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from aah.attention.kv_bytes import held_positions, kv_capacities, kv_sinks, layer_sinks
-from aah.integrations.hf.run.model_layout import layout, sliding_windows
+from aah.attention.kv_bytes import plan_kv_bytes
+from aah.integrations.hf.run.model_layout import kv_shape, layout
 from aah.model.cache import UNBOUNDED_LEN
 
 COMPARE_SINKS = 4
@@ -31,39 +31,27 @@ class Arm:
     sinks: list[list[int]] | None
 
 
-def steady_positions(
+def rolling_bytes(
     model: torch.nn.Module, windows: Sequence[Sequence[int]], sinks: Sequence[Sequence[int]] | None
 ) -> int:
-    """Positions a rolling cache of this plan holds over all layers and KV heads once full."""
-    lay = layout(model)
-    slides = sliding_windows(model)
-    capped = [
-        [min(w, cap) if cap else w for w in row] for row, cap in zip(windows, slides, strict=True)
-    ]
-    sink_rows = sinks if sinks is not None else [[0] * lay.n_head for _ in windows]
-    kept = [
-        [layer_sinks(w, s, cap) for w, s in zip(row, srow, strict=True)]
-        for row, srow, cap in zip(windows, sink_rows, slides, strict=True)
-    ]
-    caps = kv_capacities(capped, lay.n_kv_head, UNBOUNDED_LEN)
-    slots = kv_sinks(capped, kept, lay.n_kv_head, UNBOUNDED_LEN)
-    return held_positions(caps, slots, UNBOUNDED_LEN)
+    """KV bytes a rolling cache of this plan holds once every window is full."""
+    return plan_kv_bytes(windows, sinks, kv_shape(model), UNBOUNDED_LEN)
 
 
 def same_bytes_window(model: torch.nn.Module, positions: int, budget: int, sinks: int) -> int:
     """The widest window w (every head, `sinks` sinks each) whose rolling cache holds at most
-    `budget` positions and whose window plus sinks stays within the model's `positions`."""
+    `budget` bytes and whose window plus sinks stays within the model's `positions`."""
     lay = layout(model)
 
     def held(w: int) -> int:
-        return steady_positions(
+        return rolling_bytes(
             model, [[w] * lay.n_head] * lay.n_layer, [[sinks] * lay.n_head] * lay.n_layer
         )
 
     low, high = 1, positions - sinks - 1
     if high < 1 or held(low) > budget:
         raise ValueError(
-            f"no window with {sinks} sinks fits {budget} held positions within {positions}"
+            f"no window with {sinks} sinks fits {budget} KV bytes within {positions} positions"
         )
     while low < high:  # the largest w with held(w) <= budget
         mid = (low + high + 1) // 2
@@ -80,7 +68,7 @@ def compare_arms(
     """The plan, one window + `COMPARE_SINKS` sinks and one window without sinks at the plan's
     bytes, and full attention."""
     lay = layout(model)
-    budget = steady_positions(model, windows, sinks)
+    budget = rolling_bytes(model, windows, sinks)
     arms = [Arm("plan", windows, sinks)]
     for n_sink in (COMPARE_SINKS, 0):
         w = same_bytes_window(model, positions, budget, n_sink)

@@ -70,13 +70,16 @@ def extend(
         held = min(t, b.capacity)
         for a in range(0, n, QUERY_BLOCK):
             z = min(n, a + QUERY_BLOCK)
-            # The window keys queries t + a .. t + z - 1 can reach: positions > t + a - C.
-            first = n_sink + max(0, a - b.capacity + 1 + held)
-            reach = torch.cat([torch.arange(n_sink), torch.arange(first, n_sink + held + z)])
-            reach = reach.to(keys.device)
-            block = _Block(
-                key_pos[reach], reach < n_sink, torch.arange(t + a, t + z, device=q.device)
-            )
+            # The window keys queries t + a .. t + z - 1 can reach: positions > t + a - C,
+            # after the sink copies; one view when that is every key up to the block's last.
+            first, end = n_sink + max(0, a - b.capacity + 1 + held), n_sink + held + z
+            reach: slice | torch.Tensor = slice(0, end)
+            if first > n_sink:
+                reach = torch.cat([torch.arange(n_sink), torch.arange(first, end)])
+                reach = reach.to(keys.device)
+            pos = key_pos[reach]
+            is_sink = torch.arange(pos.numel(), device=pos.device) < n_sink
+            block = _Block(pos, is_sink, torch.arange(t + a, t + z, device=q.device))
             for i, head in enumerate(b.kv_heads):
                 heads = slice(head * group, (head + 1) * group)
                 out[:, heads, a:z] = block.attend(
@@ -97,6 +100,7 @@ class _Block:
         self, key_pos: torch.Tensor, is_sink: torch.Tensor, query_pos: torch.Tensor
     ) -> None:
         self.key_pos, self.is_sink, self.query_pos = key_pos, is_sink, query_pos[:, None]
+        self.any_sink = bool(is_sink.any())  # read once per block, not per KV head
 
     def attend(
         self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
@@ -112,7 +116,7 @@ class _Block:
         inside = (pos <= query) & (pos > query - w) & ~is_sink
         as_sink = is_sink & (pos < s) & (pos <= query - w)
         keys, values = keys.expand(-1, group, -1, -1), values.expand(-1, group, -1, -1)
-        if shift is not None and bool(is_sink.any()):
+        if shift is not None and self.any_sink:
             moved = (query - (s + w - 1)).clamp(min=0)[..., 0]  # (G, m): each query's move
             q = torch.cat([q, shift.rotate(layer, q, -moved)], dim=-1)
             sink_col = is_sink[:, None].to(keys.dtype)

@@ -76,8 +76,9 @@ def sampling_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def cache_argument(model: Any, cache: Any) -> dict[str, Any]:
     """`generate`'s name for a cache object in this transformers version."""
-    params = inspect.signature(model.forward).parameters
-    return {"cache" if "cache" in params else "past_key_values": cache}
+    from aah.integrations.hf.run.model_layout import cache_keyword
+
+    return {cache_keyword(model): cache}
 
 
 def pad_id(model: Any, tokenizer: Any | None) -> int | None:

@@ -51,6 +51,7 @@ from aah.integrations.hf.run.rope_frequencies import rope_shift
 from aah.model.cache import UNBOUNDED_LEN, KVCache, refuse_unbounded
 from aah.model.cache_extend import extend
 from aah.model.cache_snapshot import KVSnapshot, restore_snapshot, take_snapshot
+from aah.model.rope_shift import RopeShift
 
 require_transformers()
 try:
@@ -181,7 +182,6 @@ class PerHeadCache(Cache):
         )
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"max_cache_len must be an int >= 1, got {max_cache_len!r}")
-        self.rolling = rolling
         self.max_cache_len = UNBOUNDED_LEN if rolling else limit
         self.windows, self.sinks = [], []
         for module, cap in zip(lay.modules, sliding_windows(model), strict=True):
@@ -196,7 +196,7 @@ class PerHeadCache(Cache):
             sinks = getattr(module, SINKS_ATTR, None)
             self.sinks.append([0] * lay.n_head if sinks is None else [int(s) for s in sinks])
         self.sliding = sliding_windows(model)  # each layer's own window: its mask hides older keys
-        self.shift = None
+        self.shift: RopeShift | None = None  # set: the cache rolls
         if rolling:
             refuse_unbounded(self.windows, self.sinks, limit, "the model's positions")
             self.shift = rope_shift(model)
@@ -205,6 +205,11 @@ class PerHeadCache(Cache):
         self.store: KVCache | None = None
         self.pending: list[_Step | None] = [None] * lay.n_layer
         super().__init__(layers=[_Layer(self, i) for i in range(lay.n_layer)])
+
+    @property
+    def rolling(self) -> bool:
+        """Whether the cache rolls (it never fills; its sinks move, `aah.model.cache`)."""
+        return self.shift is not None
 
     def nbytes(self) -> int:
         """Bytes of keys and values held (0 before the first forward); see `KVCache.nbytes`."""

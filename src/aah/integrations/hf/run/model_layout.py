@@ -76,6 +76,14 @@ def decoder_layers(model: torch.nn.Module) -> Sequence[torch.nn.Module]:
     return getattr(getattr(model, "base_model", model), layers_attr)
 
 
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The forward's (and `generate`'s) keyword for a cache object in this transformers
+    version: `cache` in recent ones, `past_key_values` before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def sliding_windows(model: torch.nn.Module) -> list[int | None]:
     """Each layer's own sliding window (Mistral, Qwen and Gemma 3 sliding layers), None where
     it has none: the cap `PerHeadCache` puts on that layer's rings."""

@@ -13,7 +13,6 @@ everything between chunks, so the same call measures a rolling per-head cache, a
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from collections.abc import Callable
@@ -21,6 +20,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+
+from aah.integrations.hf.run.model_layout import cache_keyword
 
 MB = 2**20
 
@@ -75,8 +76,7 @@ def stream_perplexity(
     end = ids.shape[1] if limit is None else min(limit, ids.shape[1])
     rows, previous = [], None
     device = next(model.parameters()).device
-    # transformers names the cache argument `cache` in recent versions, `past_key_values` before
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    name = cache_keyword(model)
     with torch.no_grad():
         for a in range(0, end, chunk):
             piece = ids[:, a : min(end, a + chunk)].to(device)
