@@ -13,7 +13,9 @@ Plans, all at the same KV bytes (a fraction of the model's own full cache at T):
   `search_plan(..., refine=True)`, reported against `default` in a table of its own;
 - `healed` (with --healed FILE): a healed plan file (`aah plan heal`, its learned parameters
   installed with it), reported against `default` and against the better window in tables of
-  its own.
+  its own. `--healed NAME=FILE` names it otherwise, and the option may be given again: each
+  healed plan after the first is also reported against the first (a heal's variant against
+  the heal it varies).
 
 Every block is scored as a prompt is read (BOS first where the tokenizer adds one) by its mean
 next-token loss. The baseline is the *better* window, the one of the two with the lower pooled
@@ -63,8 +65,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="also score the search with its refine step against the default",
     )  # fmt: skip
     p.add_argument(
-        "--healed", type=Path, metavar="FILE",
-        help="also score this healed plan (aah plan heal) against the default and the window",
+        "--healed", action="append", metavar="[NAME=]FILE",
+        help="also score this healed plan (aah plan heal) against the default and the window, "
+        "as NAME (default 'healed'); again for more, each also against the first",
     )  # fmt: skip
     return p.parse_args(argv)
 
@@ -109,10 +112,10 @@ def score(args: argparse.Namespace) -> None:
     for name, plan in plans.items():
         if plan is not None:
             plan.save(args.out / "plans" / f"{name}.json")
-    if args.healed is not None:  # scored with its parameters; its file stays where it is
-        from aah.plan import WindowPlan
+    from aah.plan import WindowPlan
 
-        plans["healed"] = WindowPlan.load(args.healed)
+    for name, path in healed_plans(args).items():  # scored with their parameters, in place
+        plans[name] = WindowPlan.load(path)
     records = [b.record() for b in blocks]
     (args.out / "blocks.json").write_text(json.dumps(records, indent=1) + "\n")
     for i, block in enumerate(blocks):
@@ -128,6 +131,19 @@ def score(args: argparse.Namespace) -> None:
                 cells.put(key, block_loss(model, ids))
         print(f"block {i + 1}/{len(blocks)} ({block.kind}) scored", flush=True)
     report(args, cells, blocks)
+
+
+def healed_plans(args: argparse.Namespace) -> dict[str, Path]:
+    """The --healed plans by name ("healed" where none is given), in the order given;
+    ValueError for a name that is taken or given twice."""
+    out: dict[str, Path] = {}
+    for entry in args.healed or []:
+        name, sep, path = entry.partition("=")
+        name, path = (name, path) if sep else ("healed", entry)
+        if name in out or name in (*METHODS, "refined") or not name:
+            raise ValueError(f"--healed {entry!r}: the name {name!r} is empty or taken")
+        out[name] = Path(path)
+    return out
 
 
 def folder_cells(args: argparse.Namespace) -> Any:
@@ -204,12 +220,14 @@ def table_rows(kinds: dict[str, Any]) -> list[str]:
     return rows
 
 
-def detectable_line(vs_default: dict[str, Any], vs_window: dict[str, Any]) -> str:
+def detectable_line(
+    vs_default: dict[str, Any], vs_window: dict[str, Any], name: str = "healed"
+) -> str:
     """What the healed-minus-default test could see, pooled, in nats and in points of the
     better window's gap (the unit of the 75% bar)."""
     nats = vs_default["detectable"]
     return (
-        f"smallest pooled healed minus default this test decides at 80% power: {nats:.4f} nats "
+        f"smallest pooled {name} minus default this test decides at 80% power: {nats:.4f} nats "
         f"per token, {nats / vs_window['window_gap']:.1%} of the better window's gap"
     )
 
@@ -235,7 +253,8 @@ def study_methods(text: str) -> list[str]:
 
 def report(args: argparse.Namespace, cells: Any, blocks: list[Any]) -> None:
     methods = study_methods(args.methods) + (["refined"] if args.refined else [])
-    methods += ["healed"] if args.healed is not None else []
+    healed_files = healed_plans(args)
+    methods += list(healed_files)
     loss = {m: [cells.get(f"{m}/{i}") for i in range(len(blocks))] for m in methods}
     pooled = {m: sum(v) / len(v) for m, v in loss.items()}
     windows = [m for m in ("uniform-s0", "uniform-s4") if m in loss]
@@ -272,20 +291,29 @@ def report(args: argparse.Namespace, cells: Any, blocks: list[Any]) -> None:
             + "\n\nrefine steps (move, held-out KL): "
             + ", ".join(f"{m} {d:.4f}" for m, d in steps) + "\n"
         )  # fmt: skip
-    if args.healed is not None:
-        healed = comparison(loss, blocks, "healed", "default")
-        healed_vs_window = comparison(loss, blocks, "healed", better)
-        results["healed"] = {"plan": str(args.healed), "kinds": healed,
-                             "vs_better_window": healed_vs_window}  # fmt: skip
+    first = next(iter(healed_files), None)
+    for name, path in healed_files.items():
+        healed = comparison(loss, blocks, name, "default")
+        healed_vs_window = comparison(loss, blocks, name, better)
+        results[name] = {"plan": str(path), "kinds": healed,
+                         "vs_better_window": healed_vs_window}  # fmt: skip
         text += (
-            "\n## The healed default (`healed`, " + str(args.healed) + ") minus `default`\n\n"
-            + columns.format(base="default", plan="healed") + "\n"
+            f"\n## The healed default (`{name}`, {path}) minus `default`\n\n"
+            + columns.format(base="default", plan=name) + "\n"
             + "\n".join(table_rows(healed))
-            + "\n\n" + detectable_line(healed["pooled"], healed_vs_window["pooled"])
-            + "\n\n## `healed` minus the better window\n\n"
-            + columns.format(base="better window", plan="healed") + "\n"
+            + "\n\n" + detectable_line(healed["pooled"], healed_vs_window["pooled"], name)
+            + f"\n\n## `{name}` minus the better window\n\n"
+            + columns.format(base="better window", plan=name) + "\n"
             + "\n".join(table_rows(healed_vs_window)) + "\n"
         )  # fmt: skip
+        if name != first:
+            versus = comparison(loss, blocks, name, first)
+            results[name]["vs_" + first] = versus
+            text += (
+                f"\n## `{name}` minus `{first}`\n\n"
+                + columns.format(base=first, plan=name) + "\n"
+                + "\n".join(table_rows(versus)) + "\n"
+            )  # fmt: skip
     (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (args.out / "table.md").write_text(text)
     print(text)

@@ -26,6 +26,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (root / "empty.txt").write_text("")
     WindowPlan.of([[8] * 4] * 2, 2, 32).save(root / "plan.json")
     WindowPlan.of([[8] * 3] * 5, 0, 32).save(root / "other-shape.json")
+    searched = {"candidates": [4, 8, 16, 32], "signal": "output"}
+    WindowPlan.of([[8, 16, 4, 8]] * 2, 2, 32, **searched).save(root / "searched.json")
     return {p.stem: p for p in root.iterdir()}
 
 
@@ -57,6 +59,7 @@ def heal(files, out, *flags: str, plan: str = "plan", model: str = "llama") -> l
         (["--steps", "0"], ["--steps"]),
         (["--rank", "0"], ["--rank"]),
         (["--seq-len", "1"], ["--seq-len"]),
+        (["--redecide", "0"], ["--redecide"]),
     ],
 )
 def test_bad_flags_are_refused_before_the_model_loads(
@@ -96,3 +99,24 @@ def test_heal_writes_the_plan_and_its_parameters(files, out: Path, capsys):
     else:  # the plan came back unchanged, and the command said so
         assert not plan.params and any("unchanged" in line for line in printed)
     assert plan.windows == WindowPlan.load(files["plan"]).windows
+
+
+def test_redecide_needs_a_searched_plan_and_says_so_before_loading(files, out, capsys, never_loads):
+    refused(heal(files, out, "--redecide", "2"), capsys, out, "candidates")
+
+
+def test_heal_with_redecide_writes_the_windows_it_kept_within_the_plans_bytes(files, out, capsys):
+    argv = heal(files, out, "--text", str(files["text"]), "--steps", "6", "--params", "lora",
+                "--rank", "2", "--seq-len", "32", "--redecide", "2", plan="searched")  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    plan = WindowPlan.load(out / "healed.json")
+    if json.loads(printed[-1])["healed"]:
+        decisions = plan.info["heal"]["redecide"]["decisions"]
+        assert [d["step"] for d in decisions] == [2, 4, 6]
+        assert any(line.startswith("re-decided the windows 3 times") for line in printed)
+        budget = plan.info["heal"]["redecide"]["kv_bytes_budget"]
+        assert plan.info["kv_bytes"] <= budget
+        assert {w for row in plan.windows for w in row} <= {4, 8, 16, 32}
+    else:
+        assert not plan.params and any("unchanged" in line for line in printed)

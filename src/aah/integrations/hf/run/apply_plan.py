@@ -91,7 +91,14 @@ def plan_sinks(plan: Any, sinks: Any, n_layer: int, n_head: int) -> list[list[in
     return rows if any(any(row) for row in rows) else None
 
 
-def apply(model: torch.nn.Module, plan: Any, *, backend: str = "auto", sinks: Any = None) -> None:
+def apply(
+    model: torch.nn.Module,
+    plan: Any,
+    *,
+    backend: str = "auto",
+    sinks: Any = None,
+    keep_params: bool = False,
+) -> None:
     """Give every query head of every layer its window (plan[layer][head]) and switch to "aah".
 
     Args:
@@ -104,6 +111,8 @@ def apply(model: torch.nn.Module, plan: Any, *, backend: str = "auto", sinks: An
             the plan's `.sinks` if it has them, else none. Query i also sees keys j < s. On a
             layer with a sliding window of its own, a head whose window is not below it keeps
             no sinks: it attends exactly as the model does.
+        keep_params: change only the windows and sinks, leaving whatever healed parameters
+            are installed in place (a heal that re-decides windows while it trains).
 
     Raises:
         ValueError: unsupported family, a plan or sinks whose shape differs from the model,
@@ -129,7 +138,10 @@ def apply(model: torch.nn.Module, plan: Any, *, backend: str = "auto", sinks: An
             kept = (layer_sinks(w, s, slides[i]) for w, s in zip(row, sink_rows[i], strict=True))
             setattr(module, SINKS_ATTR, tuple(kept))
     params = getattr(plan, "params", None)
-    if params:
+    if keep_params:
+        if params:
+            raise ValueError("keep_params keeps the installed parameters: give a plan without any")
+    elif params:
         install(model, params)
     else:
         uninstall(model)

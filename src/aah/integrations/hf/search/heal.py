@@ -18,7 +18,9 @@ with the user's text, its last `held_out` blocks are held out. The held-out KL i
 before training (the un-healed plan) and every `eval_every` steps; the best parameters seen
 are kept, and only if they lower the held-out KL: otherwise the plan comes back unchanged,
 with a warning that says so. `minutes` caps the wall time; the heal then stops after the step
-in progress, judges once more and keeps the best.
+in progress, judges once more and keeps the best. With `HealOptions.redecide` the windows are
+re-decided while it trains, within the plan's KV bytes (`hf.search.heal_redecide`), and the
+best parameters come back with the windows they were judged under.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from typing import Any
 
 import torch
 
+from aah.attention.kv_bytes import plan_kv_bytes
 from aah.integrations.hf.run.apply_plan import apply, current_plan, current_sinks, remove
 from aah.integrations.hf.run.heal_params import KINDS, install, installed, trainable, uninstall
 from aah.integrations.hf.run.load import resolve_tokenizer
-from aah.integrations.hf.run.model_layout import layout, sliding_windows
+from aah.integrations.hf.run.model_layout import kv_shape, layout, sliding_windows
 from aah.integrations.hf.search.calibration_text import (
     HELD_OUT_BLOCKS,
     MIX_BLOCKS,
@@ -44,6 +47,7 @@ from aah.integrations.hf.search.calibration_text import (
     model_positions,
     shipped_mix,
 )
+from aah.integrations.hf.search.heal_redecide import Redecide, WindowRedecider
 from aah.integrations.hf.search.plan_choice import FullReference
 from aah.plan import HEAL_KEY, WindowPlan
 from aah.validate import check_int
@@ -67,6 +71,8 @@ class HealOptions:
     held_out: int = 4
     eval_every: int = 10
     seed: int = 0
+    #: re-decide the windows while training (`hf.search.heal_redecide`); None: they stay fixed
+    redecide: Redecide | None = None
 
     def __post_init__(self) -> None:
         if not self.kinds or any(k not in KINDS for k in self.kinds):
@@ -124,7 +130,11 @@ def heal(
     tokenizer = resolve_tokenizer(model, tokenizer)
     t = model_positions(model, seq_len or plan.seq_len)
     train, held = heal_blocks(model, text, t, opts, tokenizer)
-    layers = cut_layers(plan, t, sliding_windows(model))
+    redecider = None if opts.redecide is None else WindowRedecider(model, plan, t, opts.redecide)
+    if redecider is None:
+        layers = cut_layers(plan, t, sliding_windows(model))
+    else:  # every layer a decision could cut gets parameters
+        layers = redecider.layers()
     if not layers:
         warnings.warn("the plan cuts no layer at this length: nothing to heal", stacklevel=2)
         return plan
@@ -141,7 +151,7 @@ def heal(
             p.requires_grad_(False)
         torch.manual_seed(opts.seed)
         params = trainable(model, opts.kinds, layers, opts.rank)
-        record = _train(model, params, train_ref, held_ref, opts, progress, baseline)
+        record = _train(model, params, train_ref, held_ref, opts, progress, baseline, redecider)
     finally:
         uninstall(model)
         for p, flag in zip(model.parameters(), grads, strict=True):
@@ -155,8 +165,10 @@ def heal(
         "text": "shipped mix" if text is None else "user text",
         "train_blocks": len(train),
         "held_out_blocks": len(held),
-        **{k: v for k, v in record.items() if k != "best"},
+        **{k: v for k, v in record.items() if k not in ("best", "windows")},
     }
+    if redecider is not None:
+        info["redecide"] = redecider.record()
     if record["best"] is None:
         warnings.warn(
             f"healing did not lower the held-out KL ({record['held_out_kl_before']:.4f} nats "
@@ -164,6 +176,9 @@ def heal(
             stacklevel=2,
         )
         return plan
+    if redecider is not None:  # the windows kept with the parameters, and the bytes they hold
+        bytes_now = plan_kv_bytes(record["windows"], plan.sinks, kv_shape(model), t)
+        plan = replace(plan, windows=record["windows"], info={**plan.info, "kv_bytes": bytes_now})
     return replace(plan, info={**plan.info, HEAL_KEY: info}, params=record["best"])
 
 
@@ -229,10 +244,13 @@ def _train(
     opts: HealOptions,
     progress: bool,
     baseline: float | None = None,
+    redecider: WindowRedecider | None = None,
 ) -> dict[str, Any]:
     """Adam on `params` for `opts.steps` steps (or until `opts.minutes`), one training block a
-    step in a seeded order; the best parameters by held-out KL, and the curve. `baseline`: the
-    un-healed plan's held-out KL (default: measured now, with `params` at their start)."""
+    step in a seeded order; the best parameters by held-out KL (with the windows in force
+    then), and the curve. `baseline`: the un-healed plan's held-out KL (default: measured now,
+    with `params` at their start). `redecider`: re-decides the windows every
+    `redecider.options.every` steps, before that step's judgement."""
     groups = [
         {"params": [p for n, p in params.items() if n.startswith(kind)], "lr": LEARNING_RATES[kind]}
         for kind in opts.kinds
@@ -246,6 +264,7 @@ def _train(
         baseline = held_out_kl(model, held_ref)
     curve = [{"step": 0, "seconds": 0.0, "held_out_kl": baseline}]
     best_kl, best = baseline, None
+    windows = best_windows = current_plan(model)
     bar = _bar(opts.steps, progress, baseline)
     step = 0
     try:
@@ -260,6 +279,8 @@ def _train(
             loss.backward()
             optimiser.step()
             step += 1
+            if redecider is not None and step % redecider.options.every == 0:
+                windows = redecider.decide(step, redecider.next_blocks(train_ref.batches)).windows
             out_of_time = opts.minutes is not None and time.monotonic() - start > 60 * opts.minutes
             if step % opts.eval_every == 0 or step == opts.steps or out_of_time:
                 kl = held_out_kl(model, held_ref)
@@ -267,7 +288,7 @@ def _train(
                     {"step": step, "seconds": round(time.monotonic() - start, 1), "held_out_kl": kl}
                 )
                 if kl < best_kl:
-                    best_kl, best = kl, installed(model)
+                    best_kl, best, best_windows = kl, installed(model), windows
                 if bar is not None:
                     bar.set_postfix(held_out_kl=f"{kl:.4f}", best=f"{best_kl:.4f}")
             if bar is not None:
@@ -284,6 +305,7 @@ def _train(
         "held_out_kl_after": best_kl,
         "curve": curve,
         "best": best,
+        "windows": best_windows,
     }
 
 

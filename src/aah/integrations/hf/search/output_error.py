@@ -124,10 +124,18 @@ def sampled_rows(
 
 
 def output_projection(module: torch.nn.Module) -> torch.Tensor:
-    """The attention module's output projection as (E, Hq * D): `o_proj` (Llama, Mistral, Qwen)
-    or GPT-2's `c_proj` (a Conv1D, stored transposed)."""
+    """The attention module's output projection as (E, Hq * D): `o_proj` (Llama, Mistral, Qwen;
+    with a healed LoRA update added where one is installed) or GPT-2's `c_proj` (a Conv1D,
+    stored transposed)."""
     if hasattr(module, "o_proj"):
-        return module.o_proj.weight
+        projection = module.o_proj
+        weight = projection.weight
+        # A healed LoRA around it (peft) changes what the head writes: count its update too.
+        delta = getattr(projection, "get_delta_weight", None)
+        if callable(delta):
+            for adapter in projection.active_adapters:
+                weight = weight + delta(adapter)
+        return weight
     if hasattr(module, "c_proj"):
         return module.c_proj.weight.t()
     raise ValueError(f"{type(module).__name__} has no o_proj or c_proj output projection")
