@@ -13,6 +13,7 @@
     aah.hf.remove(model)                                         # back to the model's attention
     healed = aah.hf.heal(model, plan, minutes=20)  # a few learned parameters, distilled
     healed.save("healed.json")                     # + healed.heal.safetensors beside it
+    healed = aah.hf.heal(model, plan, options=aah.hf.HealOptions(redecide=aah.hf.Redecide()))
 
 A search's signal is a name (`signal_names()`) or an object carrying its own options:
 `search_plan(model, kv_fraction=0.3, signal=aah.hf.Blend((aah.hf.Output(), aah.hf.Retrieval(
@@ -36,6 +37,7 @@ from aah.integrations.hf.run.streaming import StreamRow, stream_perplexity
 from aah.integrations.hf.search.calibration_mix import calibration_mix
 from aah.integrations.hf.search.default_plan import default_plan
 from aah.integrations.hf.search.heal import HealOptions, heal
+from aah.integrations.hf.search.heal_redecide import Redecide
 from aah.integrations.hf.search.plan_search import search_plan
 from aah.integrations.hf.search.signal_registry import make_signal, register_signal, signal_names
 from aah.integrations.hf.search.signals import (
@@ -56,6 +58,7 @@ __all__ = [
     "Loss",
     "Mass",
     "Output",
+    "Redecide",
     "Retrieval",
     "SearchContext",
     "Signal",
