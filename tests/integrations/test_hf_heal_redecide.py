@@ -106,8 +106,12 @@ def test_the_signal_of_a_decision_is_the_plans_own_or_the_one_named():
 def test_a_plan_without_a_search_record_or_bad_options_are_refused_by_name():
     model = tiny_model("llama")
     bare = WindowPlan.of([[8] * 4, [8] * 4], sinks=0, seq_len=T)
+    bare_info = {"candidates": CANDIDATES, "signal": "output"}
     with pytest.raises(ValueError, match="candidates"):
         WindowRedecider(model, bare, T, Redecide())
+    mixed = WindowPlan.of(bare.windows, sinks=[[0, 2, 2, 2], [2] * 4], seq_len=T, **bare_info)
+    with pytest.raises(ValueError, match=r"layers \[0\]"):
+        WindowRedecider(model, mixed, T, Redecide())
     with pytest.raises(ValueError, match="every"):
         Redecide(every=0)
     with pytest.raises(ValueError, match="feature_ema"):

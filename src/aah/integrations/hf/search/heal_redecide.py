@@ -63,7 +63,8 @@ class Redecide:
 
 def decision_signal(plan: WindowPlan, signal: str | None = None) -> str:
     """The signal decisions on `plan` measure (`signal`, else the plan's own); ValueError
-    where the plan is no search's (no candidate windows) or its signal is not one-pass."""
+    where the plan is no search's (no candidate windows, or sinks that differ within a layer)
+    or its signal is not one-pass."""
     candidates = plan.info.get("candidates")
     chosen = signal or plan.info.get("signal")
     if not candidates or chosen not in SIGNALS:
@@ -72,6 +73,12 @@ def decision_signal(plan: WindowPlan, signal: str | None = None) -> str:
             f"one-pass 'signal', {' or '.join(SIGNALS)}), got candidates={candidates!r}, "
             f"signal={plan.info.get('signal')!r}"
             + ("" if chosen in SIGNALS else "; name one with Redecide(signal=...)")
+        )
+    mixed = [i for i, row in enumerate(plan.sinks) if len(set(row)) > 1]
+    if mixed:  # a search gives every head of a layer its sinks; decisions keep them as they are
+        raise ValueError(
+            f"re-deciding windows keeps each layer's sinks, one count for all its heads; "
+            f"layers {mixed} give their heads different counts"
         )
     return chosen
 
