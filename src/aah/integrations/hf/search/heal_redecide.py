@@ -72,7 +72,7 @@ def decision_signal(plan: WindowPlan, signal: str | None = None) -> str:
             "re-deciding windows needs a searched plan (its info lists 'candidates' and a "
             f"one-pass 'signal', {' or '.join(SIGNALS)}), got candidates={candidates!r}, "
             f"signal={plan.info.get('signal')!r}"
-            + ("" if chosen in SIGNALS else "; name one with Redecide(signal=...)")
+            + ("" if chosen in SIGNALS else "; from Python, name one: Redecide(signal=...)")
         )
     mixed = [i for i, row in enumerate(plan.sinks) if len(set(row)) > 1]
     if mixed:  # a search gives every head of a layer its sinks; decisions keep them as they are
