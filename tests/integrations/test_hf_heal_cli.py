@@ -111,12 +111,10 @@ def test_heal_with_redecide_writes_the_windows_it_kept_within_the_plans_bytes(fi
     assert main(argv) == 0
     printed = capsys.readouterr().out.strip().splitlines()
     plan = WindowPlan.load(out / "healed.json")
-    if json.loads(printed[-1])["healed"]:
-        decisions = plan.info["heal"]["redecide"]["decisions"]
-        assert [d["step"] for d in decisions] == [2, 4, 6]
-        assert any(line.startswith("re-decided the windows 3 times") for line in printed)
-        budget = plan.info["heal"]["redecide"]["kv_bytes_budget"]
-        assert plan.info["kv_bytes"] <= budget
-        assert {w for row in plan.windows for w in row} <= {4, 8, 16, 32}
-    else:
-        assert not plan.params and any("unchanged" in line for line in printed)
+    assert json.loads(printed[-1])["healed"] and plan.params  # this tiny heal does help
+    decisions = plan.info["heal"]["redecide"]["decisions"]
+    assert [d["step"] for d in decisions] == [2, 4, 6]
+    assert any(line.startswith("re-decided the windows 3 times") for line in printed)
+    budget = plan.info["heal"]["redecide"]["kv_bytes_budget"]
+    assert plan.info["kv_bytes"] <= budget
+    assert {w for row in plan.windows for w in row} <= {4, 8, 16, 32}

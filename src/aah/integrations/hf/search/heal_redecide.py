@@ -28,7 +28,7 @@ import torch
 from aah.attention.kv_bytes import plan_kv_bytes
 from aah.controller.allocate import Budget
 from aah.controller.ema import FeatureEMA
-from aah.integrations.hf.run.apply_plan import apply
+from aah.integrations.hf.run.apply_plan import apply, current_plan
 from aah.integrations.hf.run.model_layout import kv_shape, layout, sliding_windows
 from aah.integrations.hf.search.plan_allocation import plan_from_costs
 from aah.integrations.hf.search.signals import Mass, Output, SearchContext
@@ -106,7 +106,6 @@ class WindowRedecider:
         )
         self.ema = FeatureEMA(options.feature_ema)
         self.decisions: list[dict[str, Any]] = []
-        self._windows = [list(row) for row in plan.windows]
 
     def layers(self) -> list[int]:
         """The layers some decision could cut (every one but the whole layers, where the
@@ -135,13 +134,13 @@ class WindowRedecider:
             signal=self.signal.name, unit=self.signal.unit, floor=self.floor,
             whole_layers=self.whole_layers,
         )  # fmt: skip
+        before = current_plan(self.model) or plan.windows
         changed = sum(
             a != b
-            for old, new in zip(self._windows, plan.windows, strict=True)
+            for old, new in zip(before, plan.windows, strict=True)
             for a, b in zip(old, new, strict=True)
         )
         apply(self.model, plan, keep_params=True)
-        self._windows = [list(row) for row in plan.windows]
         self.decisions.append(
             {"step": step, "changed_heads": changed, "kv_bytes": plan.info["kv_bytes"]}
         )
@@ -154,7 +153,7 @@ class WindowRedecider:
         for layer, sinks in enumerate(self.budget.sinks_per_layer()):
             if sinks not in by_sinks:
                 context = SearchContext(sinks=sinks, seq_len=self.budget.seq_len)
-                by_sinks[sinks] = context.costs(self.signal, self.model, blocks, self.candidates)
+                by_sinks[sinks] = self.signal.measure(self.model, blocks, self.candidates, context)
             rows.append(by_sinks[sinks][layer])
         costs = torch.stack(rows)
         if not torch.isfinite(costs).all():
